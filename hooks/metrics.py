@@ -1,0 +1,66 @@
+"""Prometheus metrics, correct across gunicorn's worker processes.
+
+With ``PROMETHEUS_MULTIPROC_DIR`` set (the container image sets it), each worker
+writes its samples to files there and ``/metrics`` merges them with a fresh
+:class:`MultiProcessCollector` per scrape; the gunicorn config wipes the directory at
+start and marks dead workers. Without it (tests, a developer's shell) the default
+in-process registry is used.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+SYNC_SECONDS = Histogram(
+    "pgfh_sync_duration_seconds",
+    "Time to answer a sync or finalize call, probes included.",
+    ["hook"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 2.5, 5.0),
+)
+PROBES = Counter(
+    "pgfh_probes_total",
+    "Patroni member probes, by result (leader, not_leader, unreachable).",
+    ["result"],
+)
+PRIMARY_CHANGES = Counter(
+    "pgfh_primary_changes_total",
+    "Replies that moved a primary Service to another pod.",
+)
+REPLIES = Counter(
+    "pgfh_sync_replies_total",
+    "Sync and finalize replies, by decision (the condition reason).",
+    ["decision"],
+)
+INVALID_SPECS = Counter(
+    "pgfh_invalid_specs_total",
+    "Sync calls for a PostgreSQLCluster whose spec is invalid.",
+)
+BAD_REQUESTS = Counter(
+    "pgfh_bad_requests_total",
+    "Requests answered 4xx, by endpoint.",
+    ["endpoint"],
+)
+ERRORS = Counter(
+    "pgfh_internal_errors_total",
+    "Requests answered 500 because of a bug (Metacontroller retries them).",
+    ["endpoint"],
+)
+
+
+def exposition() -> tuple[bytes, str]:
+    """The text exposition of every worker's metrics, and its content type."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

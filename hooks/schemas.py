@@ -1,0 +1,440 @@
+"""Validation of what Metacontroller sends us, with marshmallow.
+
+Two levels of "bad input" are kept apart on purpose (rule 4 of the design card):
+
+* a **broken request** (not JSON, not an object, no parent, no children map) raises
+  :class:`RequestError`; the app answers HTTP 400, which Metacontroller treats as "change
+  nothing, retry with backoff";
+* an **invalid spec** is not an error of the request: it loads into a
+  :class:`SyncRequest` whose ``spec`` is ``None`` and whose ``spec_problems`` name each
+  field, so the sync reply can keep the observed Service and say why in a condition.
+
+Pure: no I/O, no web framework.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from marshmallow import (
+    EXCLUDE,
+    Schema,
+    ValidationError,
+    fields,
+    post_load,
+    validate,
+    validates_schema,
+)
+
+SERVICE_KEY = "Service.v1"
+POD_KEY = "Pod.v1"
+
+#: Patroni REST paths that answer 200 only on the leader, with the roles that the
+#: leader reports there. Any other path would route to something that is not the
+#: leader (``/replica``) or answer 503 everywhere (a typo): refuse it up front.
+LEADER_PATHS: Mapping[str, frozenset[str]] = {
+    "/primary": frozenset({"primary"}),
+    "/master": frozenset({"primary"}),
+    "/read-write": frozenset({"primary"}),
+    "/leader": frozenset({"primary", "standby_leader"}),
+    "/standby-leader": frozenset({"standby_leader"}),
+    "/standby_leader": frozenset({"standby_leader"}),
+}
+
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
+_DNS_1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_IANA_SVC_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+
+
+class RequestError(ValueError):
+    """The request itself is broken: answer 400 and let Metacontroller retry."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePort:
+    """One port of the primary Service."""
+
+    name: str
+    port: int
+    target_port: int | str
+    protocol: str = "TCP"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    """A validated ``PostgreSQLCluster.spec`` with every default filled in."""
+
+    primary_selector: Mapping[str, str]
+    service_name: str
+    health_check_path: str = "/primary"
+    patroni_port: int = 8008
+    patroni_scheme: str = "http"
+    connect_timeout: float = 0.5
+    read_timeout: float = 1.0
+    service_type: str = "ClusterIP"
+    service_ports: tuple[ServicePort, ...] = (ServicePort("postgresql", 5432, 5432),)
+    service_labels: Mapping[str, str] = field(default_factory=dict)
+    service_annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def leader_roles(self) -> frozenset[str]:
+        """The roles a leader reports on this spec's health-check path."""
+        return LEADER_PATHS[self.health_check_path]
+
+
+@dataclass(frozen=True, slots=True)
+class SpecProblem:
+    """One reason the spec is invalid: a dotted field path and a message."""
+
+    field: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    """A sync or finalize request, checked and reduced to what the decision needs."""
+
+    parent: Mapping[str, Any]
+    namespace: str
+    name: str
+    generation: int | None
+    spec: ClusterSpec | None
+    spec_problems: tuple[SpecProblem, ...]
+    #: Observed Service children, by name.
+    services: Mapping[str, Mapping[str, Any]]
+    #: Observed children of other types (kept verbatim so a reply never drops them).
+    other_children: Mapping[str, Mapping[str, Mapping[str, Any]]]
+    #: Related Patroni Pods, by name.
+    pods: Mapping[str, Mapping[str, Any]]
+    finalizing: bool
+
+    @property
+    def cluster(self) -> str:
+        """``namespace/name`` of the parent, for logs and metrics."""
+        return f"{self.namespace}/{self.name}"
+
+
+# --------------------------------------------------------------------------- spec
+
+
+def _label_key(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS_1123_SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(name) <= 63 and bool(_LABEL_NAME.match(name))
+
+
+def _check_labels(value: Mapping[str, str], *, what: str, values_are_labels: bool) -> None:
+    for key, item in value.items():
+        if not _label_key(key):
+            raise ValidationError(f"{key!r} is not a valid {what} key")
+        if values_are_labels and (len(item) > 63 or not _LABEL_VALUE.match(item)):
+            raise ValidationError(f"{item!r} (for {key!r}) is not a valid label value")
+
+
+class _PatroniSchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    port = fields.Integer(load_default=8008, strict=True, validate=validate.Range(min=1, max=65535))
+    scheme = fields.String(load_default="http", validate=validate.OneOf(["http", "https"]))
+    connectTimeoutSeconds = fields.Float(
+        load_default=0.5, allow_nan=False, validate=validate.Range(min=0.05, max=5)
+    )
+    readTimeoutSeconds = fields.Float(
+        load_default=1.0, allow_nan=False, validate=validate.Range(min=0.05, max=5)
+    )
+
+
+class _PortSchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    name = fields.String(
+        required=True,
+        validate=[validate.Length(max=15), validate.Regexp(_IANA_SVC_NAME)],
+    )
+    port = fields.Integer(required=True, strict=True, validate=validate.Range(min=1, max=65535))
+    targetPort = fields.Raw(load_default=None)
+    protocol = fields.String(load_default="TCP", validate=validate.OneOf(["TCP"]))
+
+    @validates_schema
+    def _target_port(self, data: Mapping[str, Any], **_: Any) -> None:
+        target = data.get("targetPort")
+        if target is None:
+            return
+        if isinstance(target, bool) or not isinstance(target, int | str):
+            raise ValidationError("must be a port number or a port name", "targetPort")
+        if isinstance(target, int) and not 1 <= target <= 65535:
+            raise ValidationError("must be between 1 and 65535", "targetPort")
+        if isinstance(target, str) and not (len(target) <= 15 and _IANA_SVC_NAME.match(target)):
+            raise ValidationError(f"{target!r} is not a valid port name", "targetPort")
+
+    @post_load
+    def _make(self, data: Mapping[str, Any], **_: Any) -> ServicePort:
+        target = data.get("targetPort")
+        return ServicePort(
+            name=data["name"],
+            port=data["port"],
+            target_port=data["port"] if target is None else target,
+            protocol=data["protocol"],
+        )
+
+
+_DEFAULT_PORTS = [{"name": "postgresql", "port": 5432, "targetPort": 5432}]
+
+
+class _ServiceTemplateSchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    type = fields.String(
+        load_default="ClusterIP", validate=validate.OneOf(["ClusterIP", "NodePort", "LoadBalancer"])
+    )
+    ports = fields.List(
+        fields.Nested(_PortSchema),
+        load_default=lambda: [_PortSchema().load(p) for p in _DEFAULT_PORTS],
+        validate=validate.Length(min=1, max=16),
+    )
+    labels = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
+    annotations = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
+
+    @validates_schema
+    def _unique_ports(self, data: Mapping[str, Any], **_: Any) -> None:
+        ports: list[ServicePort] = data.get("ports", [])
+        for attribute in ("name", "port"):
+            seen = [getattr(p, attribute) for p in ports]
+            dupes = sorted({str(v) for v in seen if seen.count(v) > 1})
+            if dupes:
+                raise ValidationError(f"duplicate port {attribute}: {', '.join(dupes)}", "ports")
+        _check_labels(data.get("labels", {}), what="label", values_are_labels=True)
+        _check_labels(data.get("annotations", {}), what="annotation", values_are_labels=False)
+
+
+class _ServiceRefSchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    name = fields.String(
+        required=True,
+        validate=[
+            validate.Length(min=1, max=63),
+            validate.Regexp(_DNS_1035, error="must be a DNS-1035 label (lower case, a-z0-9-)"),
+        ],
+    )
+
+
+class ClusterSpecSchema(Schema):
+    """``PostgreSQLCluster.spec`` (the CRD in ``metacontroller/crd.yaml`` is the contract)."""
+
+    class Meta:
+        # The API server prunes fields the CRD does not know; anything unknown here comes
+        # from a CRD newer than this hook (a rolling upgrade) and is safe to ignore.
+        unknown = EXCLUDE
+
+    primarySelector = fields.Dict(
+        keys=fields.String(),
+        values=fields.String(),
+        required=True,
+        validate=validate.Length(min=1, error="must name at least one label"),
+    )
+    serviceRef = fields.Nested(_ServiceRefSchema, required=True)
+    healthCheckPath = fields.String(
+        load_default="/primary",
+        validate=validate.OneOf(
+            list(LEADER_PATHS),
+            error="must be one of Patroni's leader paths: {choices}",
+        ),
+    )
+    patroni = fields.Nested(_PatroniSchema, load_default=lambda: _PatroniSchema().load({}))
+    service = fields.Nested(
+        _ServiceTemplateSchema, load_default=lambda: _ServiceTemplateSchema().load({})
+    )
+
+    @validates_schema
+    def _selector_and_name(self, data: Mapping[str, Any], **_: Any) -> None:
+        selector: Mapping[str, str] = data.get("primarySelector", {})
+        try:
+            _check_labels(selector, what="label", values_are_labels=True)
+        except ValidationError as error:
+            raise ValidationError(error.messages, "primarySelector") from None
+        name = data.get("serviceRef", {}).get("name")
+        scope = selector.get("cluster-name")
+        if name and scope:
+            # Patroni's Kubernetes DCS owns these names; a Service with a selector named
+            # like its leader Endpoints would make the endpoints controller fight Patroni.
+            reserved = {scope, *(f"{scope}-{s}" for s in ("config", "leader", "sync", "failover"))}
+            if name in reserved:
+                raise ValidationError(
+                    f"{name!r} is one of Patroni's own object names for scope {scope!r}",
+                    "serviceRef",
+                )
+
+    @post_load
+    def _make(self, data: Mapping[str, Any], **_: Any) -> ClusterSpec:
+        patroni = data["patroni"]
+        service = data["service"]
+        return ClusterSpec(
+            primary_selector=dict(data["primarySelector"]),
+            service_name=data["serviceRef"]["name"],
+            health_check_path=data["healthCheckPath"],
+            patroni_port=patroni["port"],
+            patroni_scheme=patroni["scheme"],
+            connect_timeout=patroni["connectTimeoutSeconds"],
+            read_timeout=patroni["readTimeoutSeconds"],
+            service_type=service["type"],
+            service_ports=tuple(service["ports"]),
+            service_labels=dict(service["labels"]),
+            service_annotations=dict(service["annotations"]),
+        )
+
+
+def load_spec(spec: object) -> tuple[ClusterSpec | None, tuple[SpecProblem, ...]]:
+    """Validate a parent's spec; never raises."""
+    if not isinstance(spec, Mapping):
+        return None, (SpecProblem("spec", "must be an object"),)
+    try:
+        loaded = ClusterSpecSchema().load(spec)
+    except ValidationError as error:
+        return None, tuple(_flatten(error.messages, "spec"))
+    assert isinstance(loaded, ClusterSpec)
+    return loaded, ()
+
+
+def _flatten(messages: object, path: str) -> list[SpecProblem]:
+    """marshmallow's nested ``{field: [msg]}`` → ``[SpecProblem("spec.a.b", msg)]``."""
+    if isinstance(messages, Mapping):
+        problems: list[SpecProblem] = []
+        for key in sorted(messages, key=str):
+            child = path if key == "_schema" else f"{path}.{key}"
+            problems.extend(_flatten(messages[key], child))
+        return problems
+    if isinstance(messages, list):
+        flat: list[SpecProblem] = []
+        for item in messages:
+            flat.extend(_flatten(item, path))
+        return flat
+    return [SpecProblem(path, str(messages))]
+
+
+# ----------------------------------------------------------------------- envelope
+
+
+class _MetadataSchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    name = fields.String(required=True, validate=validate.Length(min=1, max=253))
+    namespace = fields.String(required=True, validate=validate.Length(min=1, max=63))
+    generation = fields.Integer(load_default=None, allow_none=True, strict=True)
+
+
+class _ParentSchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    metadata = fields.Nested(_MetadataSchema, required=True)
+    spec = fields.Raw(load_default=None, allow_none=True)
+
+
+class SyncEnvelopeSchema(Schema):
+    """The v1 sync/finalize request: ``controller, parent, children, related, finalizing``."""
+
+    class Meta:
+        unknown = EXCLUDE
+
+    parent = fields.Dict(required=True)
+    children = fields.Dict(
+        keys=fields.String(),
+        values=fields.Dict(keys=fields.String(), values=fields.Dict()),
+        required=True,
+    )
+    related = fields.Dict(
+        keys=fields.String(),
+        values=fields.Dict(keys=fields.String(), values=fields.Dict()),
+        load_default=dict,
+    )
+    finalizing = fields.Boolean(load_default=False, truthy={True}, falsy={False})
+
+
+class CustomizeEnvelopeSchema(Schema):
+    """The v1 customize request: ``controller, parent``."""
+
+    class Meta:
+        unknown = EXCLUDE
+
+    parent = fields.Dict(required=True)
+
+
+def _describe(messages: object) -> str:
+    problems = _flatten(messages, "request")
+    return "; ".join(f"{p.field.removeprefix('request.')}: {p.message}" for p in problems)
+
+
+def _load_parent(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    try:
+        parent: Mapping[str, Any] = _ParentSchema().load(raw)
+    except ValidationError as error:
+        raise RequestError(f"invalid parent: {_describe(error.messages)}") from None
+    return parent
+
+
+def load_sync_request(body: object) -> SyncRequest:
+    """Check a sync/finalize request body (already JSON-decoded)."""
+    if not isinstance(body, Mapping):
+        raise RequestError(f"request body must be a JSON object, not {type(body).__name__}")
+    try:
+        envelope: Mapping[str, Any] = SyncEnvelopeSchema().load(body)
+    except ValidationError as error:
+        raise RequestError(f"invalid sync request: {_describe(error.messages)}") from None
+    parent = _load_parent(envelope["parent"])
+    children: Mapping[str, Mapping[str, Mapping[str, Any]]] = envelope["children"]
+    if SERVICE_KEY not in children:
+        # Metacontroller always sends an entry per child type, even an empty one. Without
+        # it we cannot know whether the Service exists, so no reply would be safe.
+        raise RequestError(f"invalid sync request: children has no {SERVICE_KEY!r} entry")
+    services = children[SERVICE_KEY]
+    pods = envelope["related"].get(POD_KEY, {})
+    for group, objects in ((SERVICE_KEY, services), (POD_KEY, pods)):
+        for key, obj in objects.items():
+            metadata = obj.get("metadata")
+            name = metadata.get("name") if isinstance(metadata, Mapping) else None
+            if name != key:
+                raise RequestError(
+                    f"invalid sync request: {group}[{key!r}] has metadata.name {name!r}"
+                )
+    spec, problems = load_spec(parent["spec"])
+    metadata = parent["metadata"]
+    return SyncRequest(
+        parent=envelope["parent"],
+        namespace=metadata["namespace"],
+        name=metadata["name"],
+        generation=metadata["generation"],
+        spec=spec,
+        spec_problems=problems,
+        services=services,
+        other_children={k: v for k, v in children.items() if k != SERVICE_KEY},
+        pods=pods,
+        finalizing=envelope["finalizing"],
+    )
+
+
+def load_customize_request(body: object) -> tuple[str, ClusterSpec | None]:
+    """Check a customize request; return the cluster's ``namespace/name`` and its spec."""
+    if not isinstance(body, Mapping):
+        raise RequestError(f"request body must be a JSON object, not {type(body).__name__}")
+    try:
+        envelope: Mapping[str, Any] = CustomizeEnvelopeSchema().load(body)
+    except ValidationError as error:
+        raise RequestError(f"invalid customize request: {_describe(error.messages)}") from None
+    parent = _load_parent(envelope["parent"])
+    spec, _ = load_spec(parent["spec"])
+    metadata = parent["metadata"]
+    return f"{metadata['namespace']}/{metadata['name']}", spec

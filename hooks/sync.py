@@ -1,0 +1,601 @@
+"""The decision core: from what Metacontroller observed and what Patroni said, the reply.
+
+Everything here is a pure function of its arguments (the clock is passed in as ``now``),
+so every rule can be tested with plain dicts. The rules, in the order they protect
+production (see the design card):
+
+1. A reply lists every observed child, except while the parent is being finalized:
+   Metacontroller deletes whatever a reply leaves out.
+2. The Service moves only to a member that Patroni itself reports as the running
+   leader, when exactly one member claims leadership, enough members answered, and
+   the leader's Pod is selectable and not terminating. Anything else keeps the
+   observed selector, says why in a condition, and asks for a fast resync.
+3. The status holds nothing that changes on every sync (no probe times, no WAL
+   positions), and a condition's ``lastTransitionTime`` moves only when its status
+   does, so Metacontroller's status write converges instead of hot-looping.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import ipaddress
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from hooks.config import ResyncTiming
+from hooks.members import MemberStatus, ProbeTarget
+from hooks.schemas import ClusterSpec, SyncRequest
+
+#: The label the StatefulSet controller puts on each of its Pods: unique per namespace,
+#: so a selector that includes it can never select two Pods.
+POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
+LAST_APPLIED_ANNOTATION = "metacontroller.k8s.io/last-applied-configuration"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "pg-failover-hook"
+
+CONDITION_READY = "Ready"
+CONDITION_ROUTED = "PrimaryRouted"
+CONDITION_SPEC = "SpecValid"
+
+
+class Decision(enum.Enum):
+    """Why the reply looks the way it does; the value is the condition's reason."""
+
+    ROUTED = "LeaderFound"
+    NO_MEMBERS = "NoMembers"
+    NO_LEADER = "NoLeader"
+    LEADER_NOT_READY = "LeaderNotReady"
+    MULTIPLE_LEADERS = "MultipleLeaders"
+    TOO_FEW_ANSWERS = "TooFewAnswers"
+    LEADER_TERMINATING = "LeaderTerminating"
+    LEADER_NOT_SELECTABLE = "LeaderPodNotSelectable"
+    INVALID_SPEC = "InvalidSpec"
+    FINALIZING = "Finalizing"
+
+    @property
+    def degraded(self) -> bool:
+        """Routing could not be confirmed: keep what is observed, look again soon."""
+        return self not in (Decision.ROUTED, Decision.INVALID_SPEC, Decision.FINALIZING)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncOutcome:
+    """The reply body plus what the app needs for logs, metrics and Events."""
+
+    body: dict[str, Any]
+    decision: Decision
+    message: str
+    #: The pod the primary Service selected before this reply, and selects after it.
+    previous_primary: str | None
+    primary: str | None
+
+    @property
+    def primary_changed(self) -> bool:
+        """Whether this reply moves the Service to another pod."""
+        return self.primary != self.previous_primary and self.decision is Decision.ROUTED
+
+
+# ------------------------------------------------------------------ probe planning
+
+
+def probe_targets(request: SyncRequest) -> list[ProbeTarget]:
+    """Which members to probe: every related Pod that has an IP address.
+
+    Only the Pod's own IP literal is ever probed (never a hostname, never an address
+    taken from an annotation), on the spec's Patroni port and health path.
+    """
+    spec = request.spec
+    if spec is None or request.finalizing:
+        return []
+    targets = []
+    for name in sorted(request.pods):
+        ip = pod_ip(request.pods[name])
+        if ip is None:
+            continue
+        host = f"[{ip}]" if ip.version == 6 else str(ip)
+        url = f"{spec.patroni_scheme}://{host}:{spec.patroni_port}{spec.health_check_path}"
+        targets.append(
+            ProbeTarget(
+                pod=name,
+                url=url,
+                connect_timeout=spec.connect_timeout,
+                read_timeout=spec.read_timeout,
+                health_path=spec.health_check_path,
+                leader_roles=spec.leader_roles,
+            )
+        )
+    return targets
+
+
+def pod_ip(pod: Mapping[str, Any]) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The Pod's ``status.podIP`` if it is an IP literal, else ``None``."""
+    status = pod.get("status")
+    raw = status.get("podIP") if isinstance(status, Mapping) else None
+    if not isinstance(raw, str):
+        return None
+    try:
+        return ipaddress.ip_address(raw)
+    except ValueError:
+        return None
+
+
+# ------------------------------------------------------------------------ the reply
+
+
+def reconcile(
+    request: SyncRequest,
+    probes: Mapping[str, MemberStatus],
+    *,
+    now: datetime,
+    timing: ResyncTiming,
+) -> SyncOutcome:
+    """Compute the whole sync (or finalize) reply."""
+    previous = _observed_primary(request)
+    if request.finalizing:
+        return _finalize(request, previous, now)
+    if request.spec is None:
+        return _invalid_spec(request, previous, now, timing)
+    return _route(request, request.spec, probes, previous, now, timing)
+
+
+def _finalize(request: SyncRequest, previous: str | None, now: datetime) -> SyncOutcome:
+    """The only reply allowed to leave children out: the parent is going away.
+
+    ``finalized`` turns true only once nothing is observed any more. Answering it
+    together with the first empty ``children`` would make Metacontroller drop its
+    finalizer before deleting the Service (it then goes by garbage collection only).
+    """
+    remaining = len(request.services) + sum(len(g) for g in request.other_children.values())
+    message = (
+        f"Deleting: {remaining} child object(s) still exist"
+        if remaining
+        else "Deleting: all child objects are gone"
+    )
+    status = _previous_status(request)
+    status["conditions"] = _conditions(
+        request,
+        now,
+        [
+            (CONDITION_READY, "False", Decision.FINALIZING.value, message),
+            *_kept_conditions(request, (CONDITION_ROUTED, CONDITION_SPEC)),
+        ],
+    )
+    body: dict[str, Any] = {
+        "status": status,
+        "children": [],
+        "finalized": remaining == 0,
+    }
+    if remaining:
+        body["resyncAfterSeconds"] = 1.0
+    return SyncOutcome(body, Decision.FINALIZING, message, previous, previous)
+
+
+def _invalid_spec(
+    request: SyncRequest, previous: str | None, now: datetime, timing: ResyncTiming
+) -> SyncOutcome:
+    problems = "; ".join(f"{p.field}: {p.message}" for p in request.spec_problems)
+    keeping = _keeping_phrase(request)
+    status = _previous_status(request)
+    status.pop("members", None)
+    status["conditions"] = _conditions(
+        request,
+        now,
+        [
+            (CONDITION_READY, "False", Decision.INVALID_SPEC.value, f"Invalid spec: {problems}"),
+            (
+                CONDITION_ROUTED,
+                "Unknown",
+                Decision.INVALID_SPEC.value,
+                f"Routing is frozen until the spec is fixed; {keeping}",
+            ),
+            (CONDITION_SPEC, "False", Decision.INVALID_SPEC.value, problems),
+        ],
+    )
+    children = [preserved(obj) for obj in _observed(request)]
+    body = {"status": status, "children": children, "resyncAfterSeconds": timing.healthy}
+    return SyncOutcome(body, Decision.INVALID_SPEC, problems, previous, previous)
+
+
+def _route(
+    request: SyncRequest,
+    spec: ClusterSpec,
+    probes: Mapping[str, MemberStatus],
+    previous: str | None,
+    now: datetime,
+    timing: ResyncTiming,
+) -> SyncOutcome:
+    members = [
+        probes.get(name) or MemberStatus.unknown(name, "no pod IP") for name in sorted(request.pods)
+    ]
+    decision, leader, why = choose_leader(request.pods, members, spec)
+    children: list[dict[str, Any]] = []
+    if decision is Decision.ROUTED:
+        assert leader is not None
+        if spec.service_name not in request.services:
+            children.append(desired_service(spec, request.namespace, leader))
+        for name, observed in sorted(request.services.items()):
+            if name == spec.service_name:
+                children.append(desired_service(spec, request.namespace, leader))
+            else:
+                # A Service we own under an old serviceRef name: never dropped (only a
+                # finalize may drop children), and never left on a stale leader.
+                children.append(_with_selector(preserved(observed), _selector(spec, leader)))
+        primary: str | None = leader
+        message = (
+            f"Patroni reports {leader} as leader"
+            f"{_timeline_phrase(members, leader)}; Service {spec.service_name} selects it"
+        )
+    else:
+        children = [preserved(obj) for name, obj in sorted(request.services.items())]
+        primary = previous
+        message = f"{why}; {_keeping_phrase(request)}"
+    children.extend(preserved(obj) for group in _other_groups(request) for obj in group)
+
+    routed = decision is Decision.ROUTED
+    status: dict[str, Any] = {}
+    if request.generation is not None:
+        status["observedGeneration"] = request.generation
+    if primary is not None:
+        status["primary"] = primary
+    status["service"] = spec.service_name
+    timeline = _leader_timeline(members, leader) if routed else _previous_timeline(request)
+    if timeline is not None:
+        status["timeline"] = timeline
+    status["members"] = [_member_status(m) for m in members]
+    status["conditions"] = _conditions(
+        request,
+        now,
+        [
+            (CONDITION_READY, "True" if routed else "False", decision.value, message),
+            (CONDITION_ROUTED, "True" if routed else "False", decision.value, message),
+            (CONDITION_SPEC, "True", "SpecAccepted", "The spec is valid"),
+        ],
+    )
+    body = {
+        "status": status,
+        "children": children,
+        "resyncAfterSeconds": timing.degraded if decision.degraded else timing.healthy,
+    }
+    return SyncOutcome(body, decision, message, previous, primary)
+
+
+def choose_leader(
+    pods: Mapping[str, Mapping[str, Any]],
+    members: list[MemberStatus],
+    spec: ClusterSpec,
+) -> tuple[Decision, str | None, str]:
+    """Apply the routing rules; return the decision, the leader (if routed) and why."""
+    path = spec.health_check_path
+    if not members:
+        return Decision.NO_MEMBERS, None, f"No Pod matches primarySelector {_labels(spec)}"
+    claimants = [m for m in members if m.claims_leadership]
+    answered = [m for m in members if m.reachable]
+    if len(claimants) > 1:
+        names = ", ".join(m.name for m in claimants)
+        return Decision.MULTIPLE_LEADERS, None, f"Several members answer 200 on {path}: {names}"
+    if not claimants:
+        unreachable = _unreachable_phrase(members)
+        return (
+            Decision.NO_LEADER,
+            None,
+            f"No member answers 200 on {path} ({len(answered)} of {len(members)} answered"
+            f"{unreachable})",
+        )
+    claimant = claimants[0]
+    if not claimant.is_leader:
+        return (
+            Decision.LEADER_NOT_READY,
+            None,
+            f"{claimant.name} holds the leader lock but reports role={claimant.role}, "
+            f"state={claimant.state}",
+        )
+    quorum = len(members) // 2 + 1
+    if len(answered) < quorum:
+        return (
+            Decision.TOO_FEW_ANSWERS,
+            None,
+            f"{claimant.name} claims leadership but only {len(answered)} of {len(members)} "
+            f"members answered (need {quorum}{_unreachable_phrase(members)})",
+        )
+    pod = pods[claimant.name]
+    metadata = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+    assert isinstance(metadata, Mapping)
+    if metadata.get("deletionTimestamp"):
+        return (
+            Decision.LEADER_TERMINATING,
+            None,
+            f"Leader {claimant.name} is terminating; waiting for Patroni to elect another",
+        )
+    labels = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
+    assert isinstance(labels, Mapping)
+    wanted = {**spec.primary_selector, POD_NAME_LABEL: claimant.name}
+    missing = sorted(k for k, v in wanted.items() if labels.get(k) != v)
+    if missing:
+        return (
+            Decision.LEADER_NOT_SELECTABLE,
+            None,
+            f"Leader {claimant.name} lacks the label(s) {', '.join(missing)} that the "
+            f"Service selector needs",
+        )
+    return Decision.ROUTED, claimant.name, ""
+
+
+# ------------------------------------------------------------------- child objects
+
+
+def desired_service(spec: ClusterSpec, namespace: str, leader: str) -> dict[str, Any]:
+    """The primary Service, as we want it, with only the fields we own.
+
+    Never ``clusterIP`` or other fields the API server fills in: Metacontroller's
+    three-way merge keeps those because we never set them.
+    """
+    labels = {MANAGED_BY_LABEL: MANAGED_BY, **spec.service_labels}
+    metadata: dict[str, Any] = {"name": spec.service_name, "namespace": namespace, "labels": labels}
+    if spec.service_annotations:
+        metadata["annotations"] = dict(spec.service_annotations)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata,
+        "spec": {
+            "type": spec.service_type,
+            "ports": [
+                {
+                    "name": port.name,
+                    "port": port.port,
+                    "targetPort": port.target_port,
+                    "protocol": port.protocol,
+                }
+                for port in spec.service_ports
+            ],
+            "selector": _selector(spec, leader),
+        },
+    }
+
+
+def preserved(observed: Mapping[str, Any]) -> dict[str, Any]:
+    """An observed child, as a desired object that changes nothing when applied.
+
+    The base is what we last asked for (Metacontroller records it in the
+    last-applied annotation), so the three-way merge is a no-op. The Service's
+    selector is taken from the observed object itself, so even a selector someone
+    edited by hand is kept exactly as it is while we are in doubt.
+    """
+    base = _last_applied(observed)
+    if base is None:
+        base = _minimal_copy(observed)
+    if observed.get("kind") == "Service":
+        spec = observed.get("spec") if isinstance(observed.get("spec"), Mapping) else {}
+        assert isinstance(spec, Mapping)
+        selector = spec.get("selector")
+        base_spec = base.setdefault("spec", {})
+        if isinstance(selector, Mapping) and selector:
+            base_spec["selector"] = dict(selector)
+        else:
+            base_spec.pop("selector", None)
+    return base
+
+
+def _last_applied(observed: Mapping[str, Any]) -> dict[str, Any] | None:
+    metadata = observed.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    raw = annotations.get(LAST_APPLIED_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if not isinstance(raw, str):
+        return None
+    try:
+        applied = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(applied, dict) or not isinstance(applied.get("metadata"), dict):
+        return None
+    assert isinstance(metadata, Mapping)
+    same = all(applied.get(key) == observed.get(key) for key in ("apiVersion", "kind")) and applied[
+        "metadata"
+    ].get("name") == metadata.get("name")
+    return applied if same else None
+
+
+#: Metadata the API server owns; echoing it back would be wrong or rejected.
+_SERVER_METADATA = frozenset(
+    {
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "managedFields",
+        "ownerReferences",
+        "selfLink",
+        "finalizers",
+    }
+)
+#: Service spec fields the API server allocates or defaults.
+_SERVER_SERVICE_SPEC = frozenset(
+    {
+        "clusterIP",
+        "clusterIPs",
+        "ipFamilies",
+        "ipFamilyPolicy",
+        "internalTrafficPolicy",
+        "sessionAffinity",
+        "healthCheckNodePort",
+    }
+)
+
+
+def _minimal_copy(observed: Mapping[str, Any]) -> dict[str, Any]:
+    """Without a last-applied record: the observed object minus server-owned fields."""
+    result = {k: copy.deepcopy(v) for k, v in observed.items() if k != "status"}
+    metadata = {
+        k: copy.deepcopy(v)
+        for k, v in (observed.get("metadata") or {}).items()
+        if k not in _SERVER_METADATA
+    }
+    annotations = metadata.get("annotations")
+    if isinstance(annotations, dict):
+        annotations.pop(LAST_APPLIED_ANNOTATION, None)
+        annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
+        if not annotations:
+            metadata.pop("annotations")
+    result["metadata"] = metadata
+    if observed.get("kind") == "Service" and isinstance(result.get("spec"), dict):
+        spec = {k: v for k, v in result["spec"].items() if k not in _SERVER_SERVICE_SPEC}
+        ports = spec.get("ports")
+        if isinstance(ports, list):
+            spec["ports"] = [
+                {k: v for k, v in port.items() if k != "nodePort"}
+                for port in ports
+                if isinstance(port, dict)
+            ]
+        result["spec"] = spec
+    return result
+
+
+def _with_selector(service: dict[str, Any], selector: dict[str, str]) -> dict[str, Any]:
+    service.setdefault("spec", {})["selector"] = selector
+    return service
+
+
+def _selector(spec: ClusterSpec, leader: str) -> dict[str, str]:
+    return {**spec.primary_selector, POD_NAME_LABEL: leader}
+
+
+# -------------------------------------------------------------------------- status
+
+
+def _conditions(
+    request: SyncRequest,
+    now: datetime,
+    wanted: Iterable[tuple[str, str, str, str]],
+) -> list[dict[str, Any]]:
+    """Conditions with a ``lastTransitionTime`` that moves only when ``status`` moves."""
+    previous = {c.get("type"): c for c in _previous_conditions(request)}
+    aware = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
+    stamp = aware.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result = []
+    for type_, status, reason, message in wanted:
+        old = previous.get(type_)
+        transition = stamp
+        if old is not None and old.get("status") == status and old.get("lastTransitionTime"):
+            transition = old["lastTransitionTime"]
+        condition: dict[str, Any] = {
+            "type": type_,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": transition,
+        }
+        if request.generation is not None:
+            condition["observedGeneration"] = request.generation
+        result.append(condition)
+    return result
+
+
+def _kept_conditions(request: SyncRequest, types: Iterable[str]) -> list[tuple[str, str, str, str]]:
+    previous = {c.get("type"): c for c in _previous_conditions(request)}
+    kept = []
+    for type_ in types:
+        old = previous.get(type_)
+        if old is not None and isinstance(old.get("status"), str):
+            kept.append(
+                (type_, old["status"], str(old.get("reason", "")), str(old.get("message", "")))
+            )
+    return kept
+
+
+def _previous_status(request: SyncRequest) -> dict[str, Any]:
+    status = request.parent.get("status")
+    result = copy.deepcopy(dict(status)) if isinstance(status, Mapping) else {}
+    if request.generation is not None:
+        result["observedGeneration"] = request.generation
+    return result
+
+
+def _previous_conditions(request: SyncRequest) -> list[Mapping[str, Any]]:
+    status = request.parent.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    if not isinstance(conditions, list):
+        return []
+    return [c for c in conditions if isinstance(c, Mapping)]
+
+
+def _previous_timeline(request: SyncRequest) -> int | None:
+    status = request.parent.get("status")
+    value = status.get("timeline") if isinstance(status, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _member_status(member: MemberStatus) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": member.name, "reachable": member.reachable}
+    if member.role is not None:
+        entry["role"] = member.role
+    if member.state is not None:
+        entry["state"] = member.state
+    if member.timeline is not None:
+        entry["timeline"] = member.timeline
+    return entry
+
+
+def _leader_timeline(members: list[MemberStatus], leader: str | None) -> int | None:
+    return next((m.timeline for m in members if m.name == leader), None)
+
+
+def _timeline_phrase(members: list[MemberStatus], leader: str) -> str:
+    timeline = _leader_timeline(members, leader)
+    return f" (timeline {timeline})" if timeline is not None else ""
+
+
+def _unreachable_phrase(members: list[MemberStatus]) -> str:
+    lost = [f"{m.name}: {m.reason}" for m in members if not m.reachable]
+    return f"; unreachable: {'; '.join(lost)}" if lost else ""
+
+
+def _labels(spec: ClusterSpec) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(spec.primary_selector.items()))
+
+
+# ------------------------------------------------------------------ observed state
+
+
+def _observed(request: SyncRequest) -> list[Mapping[str, Any]]:
+    objects = [obj for _, obj in sorted(request.services.items())]
+    objects.extend(obj for group in _other_groups(request) for obj in group)
+    return objects
+
+
+def _other_groups(request: SyncRequest) -> list[list[Mapping[str, Any]]]:
+    return [
+        [obj for _, obj in sorted(group.items())]
+        for _, group in sorted(request.other_children.items())
+    ]
+
+
+def _observed_primary(request: SyncRequest) -> str | None:
+    """The pod the primary Service selects now, if any."""
+    name = request.spec.service_name if request.spec is not None else ""
+    candidates = [request.services[name]] if name in request.services else []
+    if not candidates:
+        candidates = [obj for _, obj in sorted(request.services.items())]
+    for service in candidates:
+        spec = service.get("spec")
+        selector = spec.get("selector") if isinstance(spec, Mapping) else None
+        if isinstance(selector, Mapping) and isinstance(selector.get(POD_NAME_LABEL), str):
+            return str(selector[POD_NAME_LABEL])
+    return None
+
+
+def _keeping_phrase(request: SyncRequest) -> str:
+    if not request.services:
+        return "no Service is created until a leader is confirmed"
+    parts = []
+    for name, service in sorted(request.services.items()):
+        spec = service.get("spec")
+        selector = spec.get("selector") if isinstance(spec, Mapping) else None
+        target = selector.get(POD_NAME_LABEL) if isinstance(selector, Mapping) else None
+        parts.append(f"Service {name} on {target}" if target else f"Service {name} as it is")
+    return "keeping " + ", ".join(parts)
