@@ -63,7 +63,7 @@ def create_app(
         hook = "finalize" if sync_request.finalizing else "sync"
         with bound(cluster=sync_request.cluster, request_id=g.request_id, hook=hook):
             targets = probe_targets(sync_request)
-            probes = prober.probe(targets)
+            probes = prober.probe(targets) if targets else {}
             outcome = reconcile(sync_request, probes, now=clock(), timing=settings.resync)
             for status in probes.values():
                 metrics.PROBES.labels(status.verdict.value).inc()

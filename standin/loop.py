@@ -1,0 +1,242 @@
+"""A Metacontroller stand-in loop that drives the real hook over HTTP.
+
+A DEVELOPMENT STAND-IN for tests, the demo and the benchmarks: production runs real
+Metacontroller with leader election. It speaks the real contract: customize once,
+then sync; replies are applied by :func:`standin.apply.apply_reply`;
+``resyncAfterSeconds`` schedules the next call (else ``resyncPeriodSeconds``); a
+non-200 or a broken reply changes nothing and backs off exponentially, like
+Metacontroller's workqueue rate limiter (5 ms doubling); a related Pod change, a change
+of our own child or a status write triggers an immediate sync.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+from standin.apply import Applied, HookError, World, apply_reply, check_reply
+
+POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
+
+
+@dataclass(frozen=True)
+class SyncRecord:
+    """One hook call as the stand-in saw it (monotonic times)."""
+
+    started: float
+    finished: float
+    http_status: int | None
+    error: str | None
+    reason: str | None
+    #: Pods the primary Service selects after this call was applied.
+    selected: tuple[str, ...]
+    resync_after: float | None
+    service_present: bool
+    applied: Applied | None = None
+
+
+@dataclass
+class StandInStats:
+    """Everything a test or benchmark wants to check afterwards."""
+
+    records: list[SyncRecord] = field(default_factory=list)
+    customize_calls: int = 0
+
+
+class MetacontrollerStandIn:
+    """Drives one PostgreSQLCluster ``world`` against the hook at ``hook_url``."""
+
+    def __init__(
+        self,
+        hook_url: str,
+        world: World,
+        *,
+        service_name: str,
+        resync_period: float = 30.0,
+        timeout: float = 5.0,
+        max_backoff: float = 2.0,
+        on_record: Callable[[SyncRecord], None] | None = None,
+    ) -> None:
+        self.hook_url = hook_url.rstrip("/")
+        self.world = world
+        self.service_name = service_name
+        self.resync_period = resync_period
+        self.timeout = timeout
+        self.max_backoff = max_backoff
+        self.on_record = on_record
+        self.stats = StandInStats()
+        self.lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._session = requests.Session()
+        self._session.trust_env = False
+        self.related_selector: dict[str, str] | None = None
+
+    # ----------------------------------------------------------------- control
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._run, name="metacontroller-standin", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._session.close()
+
+    def __enter__(self) -> MetacontrollerStandIn:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def trigger(self) -> None:
+        """A watched object changed (related Pod, child, parent): sync now."""
+        self._wake.set()
+
+    def update_pods(self, pods: dict[str, dict[str, Any]]) -> None:
+        """Replace the related Pods; a changed Pod triggers a sync like an informer event."""
+        with self.lock:
+            changed = pods != self.world.pods
+            self.world.pods = copy.deepcopy(pods)
+        if changed:
+            self.trigger()
+
+    # -------------------------------------------------------------------- loop
+
+    def _run(self) -> None:
+        backoff = 0.005
+        self._customize()
+        next_delay = 0.0
+        while not self._stop.is_set():
+            if next_delay > 0:
+                self._wake.wait(next_delay)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            record = self.sync_once()
+            if record.error is not None:
+                next_delay = backoff
+                backoff = min(backoff * 2, self.max_backoff)
+                continue
+            backoff = 0.005
+            applied = record.applied
+            assert applied is not None
+            if applied.status_changed or applied.created or applied.updated or applied.deleted:
+                next_delay = 0.0  # our own writes are watch events too
+            else:
+                next_delay = record.resync_after or self.resync_period
+
+    def _customize(self) -> None:
+        with self.lock:
+            body = self.world.customize_request()
+        try:
+            response = self._session.post(
+                f"{self.hook_url}/customize", json=body, timeout=self.timeout
+            )
+            self.stats.customize_calls += 1
+            rules = response.json().get("relatedResources", []) if response.ok else []
+        except (requests.RequestException, ValueError):
+            rules = []
+        for rule in rules:
+            if rule.get("resource") == "pods":
+                self.related_selector = dict(rule.get("labelSelector", {}).get("matchLabels", {}))
+
+    def sync_once(self) -> SyncRecord:
+        """One sync call, applied (or not) exactly as Metacontroller would."""
+        with self.lock:
+            body = self.world.sync_request()
+            if self.related_selector is not None:
+                body["related"]["Pod.v1"] = {
+                    name: pod
+                    for name, pod in body["related"]["Pod.v1"].items()
+                    if all(
+                        pod["metadata"].get("labels", {}).get(k) == v
+                        for k, v in self.related_selector.items()
+                    )
+                }
+        started = time.monotonic()
+        status: int | None = None
+        error: str | None = None
+        applied: Applied | None = None
+        reason: str | None = None
+        try:
+            response = self._session.post(f"{self.hook_url}/sync", json=body, timeout=self.timeout)
+            status = response.status_code
+            reply = check_reply(response.status_code, response.content)
+            with self.lock:
+                applied = apply_reply(self.world, reply)
+            reason = _ready_reason(reply)
+        except (requests.RequestException, HookError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        finished = time.monotonic()
+        with self.lock:
+            selected = tuple(self.world.selected_pods(self.service_name))
+            present = self.service_name in self.world.services
+        record = SyncRecord(
+            started=started,
+            finished=finished,
+            http_status=status,
+            error=error,
+            reason=reason,
+            selected=selected,
+            resync_after=applied.resync_after if applied else None,
+            service_present=present,
+            applied=applied,
+        )
+        self.stats.records.append(record)
+        if self.on_record is not None:
+            self.on_record(record)
+        return record
+
+
+def _ready_reason(reply: dict[str, Any]) -> str | None:
+    status = reply.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return str(condition.get("reason"))
+    return None
+
+
+def make_pod(
+    name: str,
+    ip: str,
+    *,
+    labels: dict[str, str],
+    namespace: str = "databases",
+    ready: bool = True,
+    resource_version: int = 1,
+) -> dict[str, Any]:
+    """A StatefulSet Pod as the informer would deliver it (the parts the hook reads)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {**labels, POD_NAME_LABEL: name},
+            "resourceVersion": str(resource_version),
+        },
+        "spec": {
+            "containers": [
+                {"name": "patroni", "ports": [{"name": "patroni", "containerPort": 8008}]}
+            ]
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": ip,
+            "podIPs": [{"ip": ip}],
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }

@@ -1,0 +1,34 @@
+"""Shared fixtures: the Flask ``app`` and ``client`` built by the real factory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from hooks.app import create_app
+from hooks.config import HookSettings
+from tests.helpers import FakeProber
+
+NOW = datetime(2026, 8, 20, 10, 0, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def prober() -> FakeProber:
+    """A prober whose answers each test sets; every member is down until told otherwise."""
+    return FakeProber()
+
+
+@pytest.fixture
+def app(prober: FakeProber) -> Iterator[Flask]:
+    flask_app = create_app(settings=HookSettings(), prober=prober, clock=lambda: NOW)
+    flask_app.config["TESTING"] = True
+    yield flask_app
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
