@@ -23,9 +23,11 @@ demo: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/gunicorn -c python:hooks.gunicorn_conf 'hooks.app:create_app()'
 
+CODE := $(wildcard hooks tests standin devcluster bench demo)
+
 lint: $(STAMP)
-	$(BIN)/ruff check hooks tests bench demo
-	$(BIN)/ruff format --check hooks tests bench demo
+	$(BIN)/ruff check $(CODE)
+	$(BIN)/ruff format --check $(CODE)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

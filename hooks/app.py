@@ -53,6 +53,11 @@ def create_app(
         g.request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         g.started = time.perf_counter()
 
+    @app.after_request
+    def _echo_request_id(response: Response) -> Response:
+        response.headers["X-Request-Id"] = g.get("request_id", "")
+        return response
+
     @app.post("/sync")
     def sync() -> Response:
         body = _json_body()
@@ -68,9 +73,12 @@ def create_app(
             for status in probes.values():
                 metrics.PROBES.labels(status.verdict.value).inc()
             metrics.REPLIES.labels(outcome.decision.value).inc()
+            # Warnings on transitions only: a cluster without a leader is re-synced every
+            # fraction of a second, and must not flood the logs while it stays so.
+            notable = logging.WARNING if outcome.transition else logging.DEBUG
             if outcome.decision is Decision.INVALID_SPEC:
                 metrics.INVALID_SPECS.inc()
-                log.warning("invalid spec: %s", outcome.message)
+                log.log(notable, "invalid spec: %s", outcome.message)
             elif outcome.primary_changed:
                 metrics.PRIMARY_CHANGES.inc()
                 log.info(
@@ -80,7 +88,9 @@ def create_app(
                     extra={"old_leader": outcome.previous_primary, "new_leader": outcome.primary},
                 )
             elif outcome.decision.degraded:
-                log.warning("keeping routing: %s", outcome.message)
+                log.log(notable, "keeping routing: %s", outcome.message)
+            elif outcome.transition:
+                log.info("routing confirmed: %s", outcome.message)
             elapsed = time.perf_counter() - g.started
             metrics.SYNC_SECONDS.labels(hook).observe(elapsed)
             log.debug(

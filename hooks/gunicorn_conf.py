@@ -40,7 +40,7 @@ accesslog = "-" if os.environ.get("GUNICORN_ACCESS_LOG", "1") == "1" else None
 logconfig_dict = logging_config(
     os.environ.get("PGFH_LOG_FORMAT", "json"), os.environ.get("PGFH_LOG_LEVEL", "INFO").upper()
 )
-access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms rid=%({x-request-id}i)s'
+access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms rid=%({x-request-id}o)s'
 
 
 def on_starting(server: Any) -> None:

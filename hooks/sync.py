@@ -22,7 +22,7 @@ import enum
 import ipaddress
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -72,6 +72,13 @@ class SyncOutcome:
     #: The pod the primary Service selected before this reply, and selects after it.
     previous_primary: str | None
     primary: str | None
+    #: The Ready condition's reason before this reply (from the parent's status).
+    previous_reason: str | None = None
+
+    @property
+    def transition(self) -> bool:
+        """Whether the decision differs from the one the parent's status records."""
+        return self.decision.value != self.previous_reason
 
     @property
     def primary_changed(self) -> bool:
@@ -136,10 +143,14 @@ def reconcile(
     """Compute the whole sync (or finalize) reply."""
     previous = _observed_primary(request)
     if request.finalizing:
-        return _finalize(request, previous, now)
-    if request.spec is None:
-        return _invalid_spec(request, previous, now, timing)
-    return _route(request, request.spec, probes, previous, now, timing)
+        outcome = _finalize(request, previous, now)
+    elif request.spec is None:
+        outcome = _invalid_spec(request, previous, now, timing)
+    else:
+        outcome = _route(request, request.spec, probes, previous, now, timing)
+    ready = next((c for c in _previous_conditions(request) if c.get("type") == CONDITION_READY), {})
+    reason = ready.get("reason")
+    return replace(outcome, previous_reason=reason if isinstance(reason, str) else None)
 
 
 def _finalize(request: SyncRequest, previous: str | None, now: datetime) -> SyncOutcome:

@@ -1,0 +1,98 @@
+"""The hook under real gunicorn with the production config module.
+
+Test design: one gunicorn (2 workers × 8 threads) per test module; requests go over
+loopback; every Patroni member address in the requests points at a closed loopback
+port, so each sync is a quick, real "no leader" decision. What is checked is what only
+a real server shows: JSON logs from app *and* gunicorn, metrics merged across worker
+processes, and a graceful SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.gunicorn_server import GunicornHook, free_port, gunicorn_hook
+from tests.helpers import fixture
+
+pytestmark = pytest.mark.gunicorn
+
+
+def sync_body() -> dict[str, Any]:
+    body = fixture("sync-no-leader-during-failover.json")
+    closed = free_port()
+    body["parent"]["spec"]["patroni"] = {"port": closed}
+    for pod in body["related"]["Pod.v1"].values():
+        pod["status"]["podIP"] = "127.0.0.1"
+        pod["status"]["podIPs"] = [{"ip": "127.0.0.1"}]
+    return body
+
+
+@pytest.fixture(scope="module")
+def hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornHook]:
+    with gunicorn_hook(tmp_path_factory.mktemp("gunicorn")) as running:
+        yield running
+
+
+def test_sync_under_gunicorn_keeps_the_service_when_no_member_answers(hook: GunicornHook) -> None:
+    response = requests.post(f"{hook.url}/sync", json=sync_body(), timeout=5)
+    assert response.status_code == 200
+    reply = response.json()
+    assert [c["metadata"]["name"] for c in reply["children"]] == ["pg-orders-primary"]
+    assert (
+        reply["children"][0]["spec"]["selector"]["statefulset.kubernetes.io/pod-name"]
+        == "pg-orders-0"
+    )
+    assert reply["resyncAfterSeconds"] < 1
+
+
+def test_every_log_line_is_json_and_sync_lines_name_the_cluster(hook: GunicornHook) -> None:
+    requests.post(
+        f"{hook.url}/sync", json=sync_body(), timeout=5, headers={"X-Request-Id": "req-123"}
+    )
+    time.sleep(0.2)
+    records = [json.loads(line) for line in hook.log_lines() if line.strip()]
+    assert records, "gunicorn printed nothing"
+    sync_lines = [
+        r for r in records if r.get("logger") == "hooks.app" and "keeping routing" in r["message"]
+    ]
+    assert sync_lines and all(r["cluster"] == "databases/pg-orders" for r in sync_lines)
+    assert any(r.get("request_id") == "req-123" for r in sync_lines)
+    assert any(r.get("logger") == "gunicorn.error" for r in records), (
+        "gunicorn's own lines are JSON too"
+    )
+    assert any(r.get("logger") == "gunicorn.access" for r in records)
+
+
+def test_metrics_add_up_across_worker_processes(hook: GunicornHook) -> None:
+    def replies() -> float:
+        text = requests.get(f"{hook.url}/metrics", timeout=5).text
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith('pgfh_sync_replies_total{decision="NoLeader"}')
+        )
+
+    before = replies()
+    for _ in range(20):  # spread over both workers by the kernel's accept balancing
+        assert requests.post(f"{hook.url}/sync", json=sync_body(), timeout=5).status_code == 200
+    assert replies() == before + 20
+    pid_files = {p.name.split("_")[-1] for p in Path(hook.metrics_dir).glob("*.db")}
+    assert len(pid_files) >= 1
+
+
+def test_sigterm_stops_gracefully_within_the_graceful_timeout(tmp_path: Path) -> None:
+    with gunicorn_hook(tmp_path) as running:
+        started = time.monotonic()
+        running.process.send_signal(signal.SIGTERM)
+        code = running.process.wait(25)
+        elapsed = time.monotonic() - started
+    assert code == 0
+    assert elapsed < 20, f"graceful stop took {elapsed:.1f} s"
