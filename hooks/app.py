@@ -20,7 +20,9 @@ from werkzeug.exceptions import HTTPException
 
 from hooks import metrics
 from hooks.config import HookSettings
+from hooks.events import EventEmitter, event_for, in_cluster_events_api
 from hooks.logs import bound
+from hooks.logs import configure as configure_logging
 from hooks.patroni import PatroniProber, Prober
 from hooks.schemas import RequestError, load_customize_request, load_sync_request
 from hooks.sync import Decision, probe_targets, reconcile
@@ -36,9 +38,19 @@ def create_app(
     settings: HookSettings | None = None,
     prober: Prober | None = None,
     clock: Callable[[], datetime] = _utc_now,
+    events: EventEmitter | None = None,
 ) -> Flask:
-    """Build the hook's Flask app."""
-    settings = settings or HookSettings.from_env()
+    """Build the hook's Flask app.
+
+    Without injected dependencies it reads ``PGFH_*`` settings from the environment,
+    configures JSON logging, probes real Patroni members and (if enabled) records
+    Events with the pod's service account.
+    """
+    if settings is None:
+        settings = HookSettings.from_env()
+        configure_logging(settings.log_format, settings.log_level)
+    if events is None and settings.emit_events:
+        events = EventEmitter(in_cluster_events_api, instance=settings.instance, clock=clock)
     prober = prober or PatroniProber(
         deadline=settings.probe_deadline,
         max_body_bytes=settings.max_probe_body_bytes,
@@ -91,6 +103,10 @@ def create_app(
                 log.log(notable, "keeping routing: %s", outcome.message)
             elif outcome.transition:
                 log.info("routing confirmed: %s", outcome.message)
+            if events is not None:
+                event = event_for(sync_request, outcome)
+                if event is not None:
+                    events.emit(event)
             elapsed = time.perf_counter() - g.started
             metrics.SYNC_SECONDS.labels(hook).observe(elapsed)
             log.debug(

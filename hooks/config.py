@@ -43,6 +43,10 @@ class HookSettings:
     #: Log format: "json" (production) or "text" (a developer's terminal).
     log_format: str = "json"
     log_level: str = "INFO"
+    #: Record Kubernetes Events on transitions (needs RBAC: deploy/events overlay).
+    emit_events: bool = False
+    #: This replica's name in Events (the Downward API's pod name).
+    instance: str = "pg-failover-hook"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> HookSettings:
@@ -75,4 +79,15 @@ class HookSettings:
             ),
             log_format=env.get("PGFH_LOG_FORMAT", default.log_format),
             log_level=env.get("PGFH_LOG_LEVEL", default.log_level).upper(),
+            emit_events=_flag(env, "PGFH_EMIT_EVENTS"),
+            instance=env.get("POD_NAME") or default.instance,
         )
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"{name}={raw!r} is not a boolean (true/false)")

@@ -1,0 +1,184 @@
+"""Kubernetes Events: sent on transitions only, de-duplicated by name, never blocking.
+
+Test design: the real ``kubernetes`` client talks to a loopback HTTP server that plays
+the API server's events endpoint (201 on create, 409 on a name it has seen, or a hang),
+so the wire format (path, JSON body) is the client's own, not a mock's.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from hooks.app import create_app
+from hooks.config import HookSettings, ResyncTiming
+from hooks.events import EventEmitter, event_for
+from hooks.schemas import load_sync_request
+from hooks.sync import reconcile
+from tests.helpers import FakeProber, fixture, leader, replica
+
+NOW = datetime(2026, 8, 20, 10, 0, 0, tzinfo=UTC)
+
+
+class FakeEventsApi(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.created: list[dict[str, Any]] = []
+        self.paths: list[str] = []
+        self.hang = threading.Event()
+        self.release = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FakeEventsApi
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.paths.append(self.path)
+        if self.server.hang.is_set():
+            self.server.release.wait(5)
+        names = [e["metadata"]["name"] for e in self.server.created]
+        status = 409 if body["metadata"]["name"] in names else 201
+        if status == 201:
+            self.server.created.append(body)
+        payload = json.dumps(body if status == 201 else {"kind": "Status", "code": 409}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def api_server() -> Iterator[FakeEventsApi]:
+    server = FakeEventsApi()
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    thread.start()
+    yield server
+    server.release.set()
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def emitter_for(server: FakeEventsApi) -> EventEmitter:
+    def factory() -> Any:
+        configuration = k8s.Configuration(host=server.url)
+        return k8s.EventsV1Api(k8s.ApiClient(configuration))
+
+    return EventEmitter(factory, instance="hook-0", clock=lambda: NOW, timeout=(0.5, 0.5))
+
+
+def failover_answers() -> dict[str, Any]:
+    return {
+        "pg-orders-0": replica("pg-orders-0", 2),
+        "pg-orders-1": leader("pg-orders-1", 2),
+        "pg-orders-2": replica("pg-orders-2", 2),
+    }
+
+
+def wait_for(predicate: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_primary_change_records_one_normal_event_on_the_cluster(
+    api_server: FakeEventsApi,
+) -> None:
+    emitter = emitter_for(api_server)
+    app = create_app(
+        HookSettings(), prober=FakeProber(failover_answers()), clock=lambda: NOW, events=emitter
+    )
+    response = app.test_client().post("/sync", json=fixture("sync-service-selects-old-leader.json"))
+    assert response.status_code == 200
+    wait_for(lambda: len(api_server.created) == 1)
+    emitter.close()
+    event = api_server.created[0]
+    assert api_server.paths == ["/apis/events.k8s.io/v1/namespaces/databases/events"]
+    assert event["reason"] == "PrimaryChanged" and event["type"] == "Normal"
+    assert event["regarding"]["kind"] == "PostgreSQLCluster"
+    assert event["regarding"]["uid"] == "6f1d8c3e-2b7a-4e59-9c0d-3a5b7e91f2c4"
+    assert "pg-orders-0 to pg-orders-1" in event["note"]
+    assert event["reportingController"] == "adg.io/pg-failover-hook"
+
+
+def test_two_replicas_seeing_the_same_transition_record_it_once(api_server: FakeEventsApi) -> None:
+    emitters = [emitter_for(api_server), emitter_for(api_server)]
+    for emitter in emitters:
+        app = create_app(
+            HookSettings(), prober=FakeProber(failover_answers()), clock=lambda: NOW, events=emitter
+        )
+        app.test_client().post("/sync", json=fixture("sync-service-selects-old-leader.json"))
+    wait_for(lambda: len(api_server.paths) == 2)
+    for emitter in emitters:
+        emitter.close()
+    assert len(api_server.created) == 1, "the second create is refused with 409 by name"
+
+
+def test_no_event_without_a_transition() -> None:
+    request = load_sync_request(fixture("sync-no-leader-during-failover.json"))
+    first = reconcile(request, {}, now=NOW, timing=ResyncTiming())
+    assert event_for(request, first) is not None, "Ready went LeaderFound → NoLeader"
+    body = fixture("sync-no-leader-during-failover.json")
+    body["parent"]["status"] = first.body["status"]
+    again = load_sync_request(body)
+    assert event_for(again, reconcile(again, {}, now=NOW, timing=ResyncTiming())) is None
+
+
+def test_a_hung_api_server_does_not_delay_the_sync(api_server: FakeEventsApi) -> None:
+    api_server.hang.set()
+    emitter = emitter_for(api_server)
+    app = create_app(
+        HookSettings(), prober=FakeProber(failover_answers()), clock=lambda: NOW, events=emitter
+    )
+    started = time.monotonic()
+    response = app.test_client().post("/sync", json=fixture("sync-service-selects-old-leader.json"))
+    elapsed = time.monotonic() - started
+    assert response.status_code == 200
+    assert elapsed < 0.25, f"sync waited for the API server: {elapsed:.3f} s"
+    api_server.release.set()
+    emitter.close()
+
+
+def test_a_full_queue_drops_events_instead_of_blocking(api_server: FakeEventsApi) -> None:
+    api_server.hang.set()
+    emitter = EventEmitter(
+        lambda: k8s.EventsV1Api(k8s.ApiClient(k8s.Configuration(host=api_server.url))),
+        instance="hook-0",
+        clock=lambda: NOW,
+        max_pending=2,
+        timeout=(0.5, 0.5),
+    )
+    request = load_sync_request(fixture("sync-service-selects-old-leader.json"))
+    event = event_for(
+        request, reconcile(request, failover_answers(), now=NOW, timing=ResyncTiming())
+    )
+    assert event is not None
+    started = time.monotonic()
+    for _ in range(50):
+        emitter.emit(event)
+    assert time.monotonic() - started < 0.1
+    api_server.release.set()
+    emitter.close()
+    assert len(api_server.paths) <= 2
