@@ -1,0 +1,53 @@
+"""Pytest plugin: the real Patroni cluster as fixtures.
+
+Load it with ``pytest_plugins = ["tests.patroni_fixtures"]`` in ``tests/conftest.py`` (or
+``-p tests.patroni_fixtures``).
+
+* ``patroni_cluster`` (session): one cluster for the whole session. Starting it costs a few
+  seconds, so tests share it; the teardown runs at session end even after failures and on
+  Ctrl-C, and keeps the logs (printing where) if any test failed.
+* ``healthy_patroni_cluster`` (function): the same cluster, but first brought back to the
+  state every test may assume: all members running, exactly one leader, all others streaming.
+  Members a previous test stopped or killed are restarted (rejoining via pg_rewind if needed).
+
+Every test that uses either fixture is marked ``patroni`` automatically, so
+``-m "not patroni"`` deselects all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from devcluster import PatroniCluster
+
+_FIXTURES = {"patroni_cluster", "healthy_patroni_cluster"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests that need the cluster, whatever marks they were written with."""
+    for item in items:
+        if _FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.patroni)
+
+
+@pytest.fixture(scope="session")
+def patroni_cluster(request: pytest.FixtureRequest) -> Iterator[PatroniCluster]:
+    """A started 3-member cluster shared by the session; torn down at the end."""
+    cluster = PatroniCluster()
+    cluster.start(timeout=90)
+    try:
+        yield cluster
+    finally:
+        failed = request.session.testsfailed > 0
+        cluster.stop(keep_logs=failed)
+        if failed:
+            print(f"\npatroni cluster logs kept in {cluster.logs_dir}")
+
+
+@pytest.fixture
+def healthy_patroni_cluster(patroni_cluster: PatroniCluster) -> PatroniCluster:
+    """The session cluster with all members up, one leader and the others streaming."""
+    patroni_cluster.ensure_healthy(timeout=120)
+    return patroni_cluster
