@@ -1156,16 +1156,24 @@ def test_base_has_no_api_access() -> None:
         for o in objects
         if o["kind"] in {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
     ]
-    assert "EMIT_EVENTS" not in {e["name"] for e in _hook_container()["env"]}
+    assert "PGFH_EMIT_EVENTS" not in {e["name"] for e in _hook_container()["env"]}
+
+
+def test_events_switch_is_the_one_the_hook_reads() -> None:
+    from hooks.config import HookSettings
+
+    assert HookSettings.from_env({"PGFH_EMIT_EVENTS": "true"}).emit_events is True
+    assert HookSettings.from_env({}).emit_events is False
 
 
 def test_events_overlay() -> None:
     objects = rendered("deploy/events")
     assert find(objects, "ServiceAccount", HOOK_NAME)["automountServiceAccountToken"] is True
     assert _hook_pod_spec("deploy/events")["automountServiceAccountToken"] is True
-    env = {e["name"]: e["value"] for e in _hook_container("deploy/events")["env"]}
-    assert env["EMIT_EVENTS"] == "true"
-    assert env["GUNICORN_WORKERS"] == "2", "the patch merges into the base's env"
+    env = {e["name"]: e for e in _hook_container("deploy/events")["env"]}
+    assert env["PGFH_EMIT_EVENTS"]["value"] == "true"
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["GUNICORN_WORKERS"]["value"] == "2", "the patch merges into the base's env"
     role = find(objects, "ClusterRole", "pg-failover-hook-events")
     assert sorted(
         (group, resource, tuple(sorted(rule["verbs"])))
