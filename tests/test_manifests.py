@@ -701,7 +701,7 @@ def _field(path: list[str], value: Any) -> dict[str, Any]:
         (_service_port(70000), "70000 is greater than the maximum of 65535"),
         (_field(["spec", "primarySelector"], {}), "should be non-empty"),
         (_field(["spec", "serviceRef", "name"], "Pg_Orders"), "does not match"),
-        (_field(["spec", "healthCheckPath"], "primary"), "does not match"),
+        (_field(["spec", "healthCheckPath"], "/replica"), "is not one of"),
         (_field(["spec", "patroni", "scheme"], "ftp"), "is not one of"),
         (_field(["spec", "patroni", "readTimeoutSeconds"], 10), "greater than the maximum"),
         (_field(["spec", "service", "type"], "ExternalName"), "is not one of"),
