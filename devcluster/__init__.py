@@ -16,13 +16,12 @@ from devcluster.cluster import (
     MemberStatus,
     PatroniCluster,
     SwitchoverResult,
-    check_ports_free,
-    kill_leftovers,
     poll_until,
     running_cluster,
     tail,
 )
 from devcluster.errors import ClusterError
+from devcluster.leftovers import check_ports_free, kill_leftovers
 
 __all__ = [
     "API_PORT",

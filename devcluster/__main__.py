@@ -23,9 +23,9 @@ from devcluster.cluster import (
     FIRST_MEMBER_IP,
     SCOPE,
     PatroniCluster,
-    kill_leftovers,
 )
 from devcluster.errors import ClusterError
+from devcluster.leftovers import kill_leftovers
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:

@@ -276,3 +276,36 @@ def harness_base_dirs() -> dict[str, list[Proc]]:
             if proc is not None:
                 runs.setdefault(base, []).append(proc)
     return runs
+
+
+def is_postmaster(proc: Proc) -> bool:
+    """A postmaster is started as ``.../postgres -D <data_dir> ...`` (its children retitle)."""
+    argv = proc.cmdline()
+    return bool(argv) and os.path.basename(argv[0]) == "postgres" and "-D" in argv
+
+
+def shutdown(procs: Iterable[Proc], grace: float = 5.0) -> list[Proc]:
+    """Stop a run's processes for good; return the ones that could not be killed.
+
+    Everything but postmasters is SIGKILLed first (with descendants, e.g. a running pg_rewind):
+    a Patroni that is still alive would restart a postmaster we just stopped. Postmasters then
+    get SIGQUIT (immediate shutdown: no checkpoint, but the postmaster still removes its shared
+    memory, which a SIGKILL would leak), and SIGKILL with their children after ``grace``.
+    """
+    procs = list(procs)
+    postmasters = [p for p in procs if is_postmaster(p)]
+    left = kill_all([p for p in procs if p not in postmasters], timeout=5.0)
+    for pm in postmasters:
+        pm.signal(signal.SIGQUIT)
+    return left + kill_all(wait_gone(postmasters, grace), timeout=5.0)
+
+
+def teardown_base_dir(base_dir: Path, grace: float = 5.0) -> list[Proc]:
+    """:func:`shutdown` every process of a run, re-scanning until none is left (bounded)."""
+    left: list[Proc] = []
+    for _ in range(5):
+        procs = processes_of_base_dir(base_dir)
+        if not procs:
+            return []
+        left = shutdown(procs, grace)
+    return left or processes_of_base_dir(base_dir)

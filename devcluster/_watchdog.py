@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from devcluster._proc import kill_all, processes_of_base_dir
+from devcluster._proc import processes_of_base_dir, teardown_base_dir
 
 
 def main(argv: list[str]) -> int:
@@ -31,12 +31,8 @@ def main(argv: list[str]) -> int:
     procs = processes_of_base_dir(base)
     if procs:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        print(f"{stamp} harness gone; killing {[p.describe() for p in procs]}", flush=True)
-        for pm in procs:
-            if "-D" in pm.cmdline():
-                pm.signal(signal.SIGQUIT)  # postmaster: immediate shutdown frees its shmem
-        time.sleep(0.5)
-        left = kill_all(procs)
+        print(f"{stamp} harness gone; stopping {[p.describe() for p in procs]}", flush=True)
+        left = teardown_base_dir(base)
         if left:
             print(f"could not kill {[p.describe() for p in left]}", flush=True)
             return 1

@@ -45,17 +45,15 @@ from devcluster._proc import (
     ENV_BASE_DIR,
     ENV_WATCHDOG,
     Proc,
-    harness_base_dirs,
     kill_all,
-    listeners,
     postmaster_pid,
-    processes_of_base_dir,
-    read_cmdline,
-    read_environ,
+    shutdown,
+    teardown_base_dir,
     wait_gone,
 )
 from devcluster._runtime import Runtime, cluster_user, resolve_runtime
 from devcluster.errors import ClusterError
+from devcluster.leftovers import MARKER, check_ports_free, kill_leftovers
 
 log = logging.getLogger("devcluster")
 
@@ -67,7 +65,6 @@ API_PORT = 8008
 ETCD_HOST = "127.0.0.1"
 ETCD_CLIENT_PORT = 2379
 ETCD_PEER_PORT = 2380
-MARKER = "devcluster-run.json"
 SUPERUSER = "postgres"
 REPLICATION_USER = "replicator"
 
@@ -483,15 +480,9 @@ class PatroniCluster:
                 raise ClusterError("could not stop: " + ", ".join(p.describe() for p in survivors))
 
     def _kill_everything(self) -> list[Proc]:
-        patronis = [m._patroni for m in self.members if m._patroni is not None]
-        kill_all([p for p in patronis if p.alive()], timeout=5)
-        postmasters = [pm for m in self.members if (pm := m.postmaster) is not None]
-        for pm in postmasters:
-            pm.signal(signal.SIGQUIT)
-        if self._etcd is not None:
-            self._etcd.signal(signal.SIGTERM)
-        others = [p for p in (self._etcd, *postmasters) if p is not None]
-        kill_all(wait_gone(others, 5.0), timeout=5)
+        known = [m._patroni for m in self.members] + [m.postmaster for m in self.members]
+        known.append(self._etcd)
+        survivors = shutdown([p for p in known if p is not None and p.alive()])
         for popen in [m._popen for m in self.members] + [self._etcd_popen]:
             if popen is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
@@ -499,10 +490,10 @@ class PatroniCluster:
         for m in self.members:
             m._popen, m._patroni = None, None
         self._etcd_popen, self._etcd = None, None
-        survivors: list[Proc] = []
+        # Anything of this run not tracked above, e.g. a postmaster whose Patroni was restarted.
         if self.base_dir.is_dir():
-            survivors = kill_all(processes_of_base_dir(self.base_dir), timeout=5)
-        return survivors
+            survivors += teardown_base_dir(self.base_dir)
+        return [p for p in survivors if p.alive()]
 
     def _stop_watchdog(self) -> None:
         if self._watchdog is None:
@@ -583,7 +574,7 @@ class PatroniCluster:
             contents = [p for p in base.iterdir() if p.name != "logs"]
             if contents and not (base / MARKER).exists():
                 raise ClusterError(f"{base} is neither empty nor an earlier devcluster base dir")
-            kill_all(processes_of_base_dir(base))
+            teardown_base_dir(base)
             for p in contents:
                 if p.is_dir():
                     shutil.rmtree(p)
@@ -1192,77 +1183,6 @@ def _etcd_supports_no_fsync(etcd: Path) -> bool:
         except (OSError, subprocess.SubprocessError):
             _NO_FSYNC_CACHE[key] = False
     return _NO_FSYNC_CACHE[key]
-
-
-# ------------------------------------------------------------------- leftovers of crashed runs
-
-
-def _owner_alive(base_dir: Path) -> bool:
-    """Whether the harness process that created ``base_dir`` still runs (PID + start time)."""
-    try:
-        marker = json.loads((base_dir / MARKER).read_text())
-        return Proc(int(marker["owner_pid"]), int(marker["owner_start_time"])).alive()
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-
-
-def _base_dir_of(proc: Proc) -> Path | None:
-    """The harness base dir a process belongs to (environment marker, else command line)."""
-    env_base = read_environ(proc.pid).get(ENV_BASE_DIR)
-    if env_base:
-        return Path(env_base)
-    for arg in read_cmdline(proc.pid):
-        path = arg.partition("=")[2] if arg.startswith("--") else arg
-        if path.startswith("/"):
-            for parent in list(Path(path).parents)[:-1][:6]:
-                if (parent / MARKER).is_file():
-                    return parent
-    return None
-
-
-def kill_leftovers(addresses: Iterable[tuple[str, int]] = (), force: bool = False) -> list[str]:
-    """Kill processes of earlier harness runs whose owner process is gone; describe them.
-
-    Found two ways: processes carrying a harness base dir in their environment, and whatever
-    listens on the cluster's addresses and can be traced to a harness base dir. Runs whose owner
-    is still alive (another session's cluster) are left alone unless ``force``.
-    """
-    killed: list[str] = []
-    runs = harness_base_dirs()
-    for addr_procs in listeners(addresses).values():
-        for proc in addr_procs:
-            base = _base_dir_of(proc)
-            if base is not None:
-                runs.setdefault(str(base), []).append(proc)
-    for run_dir, procs in runs.items():
-        if not force and _owner_alive(Path(run_dir)):
-            continue
-        everything = procs + processes_of_base_dir(Path(run_dir))
-        killed += [f"{p.describe()} of {run_dir}" for p in everything if p.alive()]
-        postmasters = [p for p in everything if "-D" in p.cmdline()]
-        for pm in postmasters:
-            pm.signal(signal.SIGQUIT)
-        kill_all([p for p in everything if p not in postmasters])
-        kill_all(wait_gone(postmasters, 5.0))
-    return killed
-
-
-def check_ports_free(addresses: Iterable[tuple[str, int]]) -> None:
-    """Raise a :class:`ClusterError` naming whoever listens on one of the cluster's addresses."""
-    busy = {addr: procs for addr, procs in listeners(addresses).items()}
-    if not busy:
-        return
-    lines = []
-    for (ip, port), procs in sorted(busy.items()):
-        who = ", ".join(p.describe() for p in procs) or "a process this user cannot see"
-        base = next((b for p in procs if (b := _base_dir_of(p)) is not None), None)
-        owner = f" (devcluster run {base}, its owner is alive)" if base else ""
-        lines.append(f"{ip}:{port} is in use by {who}{owner}")
-    raise ClusterError(
-        "cannot start the cluster:\n"
-        + "\n".join(lines)
-        + "\nstop it (`python -m devcluster cleanup --force` kills devcluster runs)"
-    )
 
 
 @atexit.register

@@ -18,7 +18,7 @@ import pytest
 
 from devcluster import ClusterError, PatroniCluster, kill_leftovers, poll_until
 from devcluster._proc import ENV_BASE_DIR, Proc
-from devcluster.cluster import MARKER
+from devcluster.leftovers import MARKER
 
 pytestmark = pytest.mark.patroni
 
