@@ -24,10 +24,12 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Protocol
 
 import requests
+import urllib3
 
 from hooks.members import MemberStatus, ProbeTarget
 
 _CHUNK = 8192
+_TIMEOUTS = frozenset({"connect timeout", "read timeout"})
 
 
 class Prober(Protocol):
@@ -36,6 +38,19 @@ class Prober(Protocol):
     def probe(self, targets: Sequence[ProbeTarget]) -> dict[str, MemberStatus]:
         """Ask every target; return one status per target's pod name."""
         ...
+
+
+class _NoRedirectSession(requests.Session):
+    """A Session that never looks at ``Location``.
+
+    Even with ``allow_redirects=False``, requests prepares ``Response.next`` for a 3xx
+    answer, and to do so it reads the whole body (``Response.content``: no cap, no
+    deadline) before it raises ``TooManyRedirects`` (``max_redirects = 0``). With no
+    redirect target, a 3xx is an ordinary answer whose body we read, capped.
+    """
+
+    def get_redirect_target(self, resp: requests.Response) -> str | None:
+        return None
 
 
 class PatroniProber:
@@ -76,7 +91,7 @@ class PatroniProber:
     def _session(self) -> requests.Session:
         session: requests.Session | None = getattr(self._local, "session", None)
         if session is None:
-            session = requests.Session()
+            session = _NoRedirectSession()
             # No proxies, .netrc or CA overrides from the environment: probes go
             # straight to the pod IP, and nothing but our settings shapes them.
             session.trust_env = False
@@ -101,24 +116,30 @@ class PatroniProber:
                 results[pod] = future.result()
             else:
                 future.cancel()
-                results[pod] = MemberStatus.unknown(
-                    pod, f"no answer within the {self.deadline:g} s probe deadline"
-                )
+                results[pod] = MemberStatus.unknown(pod, self._late)
         return results
+
+    @property
+    def _late(self) -> str:
+        return f"no answer within the {self.deadline:g} s probe deadline"
 
     def probe_one(self, target: ProbeTarget, ends_at: float) -> MemberStatus:
         """One bounded GET; never raises."""
         try:
             return self._probe_one(target, ends_at)
         except Exception as error:
-            return MemberStatus.unknown(target.pod, _describe(error))
+            reason = _describe(error)
+            if reason in _TIMEOUTS and time.monotonic() >= ends_at:
+                # The timeout was cut to what was left of the round: say what probe()
+                # says about the same member, or the reason would depend on which
+                # thread noticed first.
+                reason = self._late
+            return MemberStatus.unknown(target.pod, reason)
 
     def _probe_one(self, target: ProbeTarget, ends_at: float) -> MemberStatus:
         remaining = ends_at - time.monotonic()
         if remaining <= 0:
-            return MemberStatus.unknown(
-                target.pod, f"no answer within the {self.deadline:g} s probe deadline"
-            )
+            return MemberStatus.unknown(target.pod, self._late)
         timeout = (min(target.connect_timeout, remaining), min(target.read_timeout, remaining))
         with self._session().get(
             target.url,
@@ -133,16 +154,17 @@ class PatroniProber:
                     target.pod, f"body larger than {self.max_body_bytes} bytes"
                 )
             body = bytearray()
-            for chunk in response.iter_content(_CHUNK):
+            # read1: whatever has arrived, after one socket read at most. A full-size
+            # read (iter_content) loops until it has a whole chunk, so a member that
+            # drips a byte at a time would hold this thread far past the deadline.
+            while chunk := response.raw.read1(_CHUNK, decode_content=True):
                 body += chunk
                 if len(body) > self.max_body_bytes:
                     return MemberStatus.unknown(
                         target.pod, f"body larger than {self.max_body_bytes} bytes"
                     )
                 if time.monotonic() > ends_at:
-                    return MemberStatus.unknown(
-                        target.pod, f"no answer within the {self.deadline:g} s probe deadline"
-                    )
+                    return MemberStatus.unknown(target.pod, self._late)
             status_code = response.status_code
         try:
             document = json.loads(body)
@@ -185,7 +207,10 @@ def _describe(error: BaseException) -> str:
                 break
         else:
             current = current.__cause__ or current.__context__
-    if isinstance(error, requests.exceptions.ChunkedEncodingError):
+    # The body is read from urllib3 directly, so its errors arrive unwrapped.
+    if isinstance(
+        error, requests.exceptions.ChunkedEncodingError | urllib3.exceptions.ProtocolError
+    ):
         return "connection broken mid-body"
     if isinstance(error, requests.exceptions.ConnectionError):
         return "connection failed"

@@ -1,0 +1,439 @@
+"""The real :class:`PatroniProber` against loopback fake Patroni members.
+
+Design notes: every fake is a real TCP server (``tests/fakes.py``), so timeouts,
+resets, redirects and body caps are exercised through requests/urllib3 exactly as in
+production. Timing assertions are correctness bounds (``deadline + 0.25 s``), not
+benchmarks; deadlines are kept at 0.5-1.0 s so the module stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+import pytest
+import requests
+
+from hooks.members import MemberStatus, ProbeTarget, ProbeVerdict
+from hooks.patroni import PatroniProber
+from tests import fakes
+from tests.fakes import Behaviour, FakeMember, FullBacklog
+
+DEADLINE = 0.5
+#: probe() may overrun its deadline by scheduling noise only, never by a member's delay.
+SLACK = 0.25
+CAP = 64 * 1024
+LATE = f"no answer within the {DEADLINE:g} s probe deadline"
+
+MakeMember = Callable[..., FakeMember]
+
+
+@pytest.fixture
+def real_prober() -> Iterator[PatroniProber]:
+    prober = PatroniProber(deadline=DEADLINE, max_body_bytes=CAP, threads=16)
+    yield prober
+    prober.close()
+
+
+@pytest.fixture
+def member() -> Iterator[MakeMember]:
+    """Start fake members on 127.0.0.1; all are closed at teardown."""
+    started: list[FakeMember] = []
+
+    def make(
+        behaviour: Behaviour = fakes.LEADER, *, name: str = "pg-0", timeline: int = 1
+    ) -> FakeMember:
+        fake = FakeMember(behaviour, name=name, timeline=timeline)
+        started.append(fake)
+        return fake
+
+    yield make
+    for fake in started:
+        fake.close()
+
+
+def target(
+    fake: FakeMember | FullBacklog,
+    pod: str = "pg-0",
+    *,
+    connect: float = 0.5,
+    read: float = 1.0,
+) -> ProbeTarget:
+    return ProbeTarget(pod=pod, url=fake.url(), connect_timeout=connect, read_timeout=read)
+
+
+def timed_probe(
+    prober: PatroniProber, *targets: ProbeTarget
+) -> tuple[dict[str, MemberStatus], float]:
+    started = time.monotonic()
+    result = prober.probe(list(targets))
+    return result, time.monotonic() - started
+
+
+# ---------------------------------------------------------------- one verdict each
+
+VERDICTS = [
+    # behaviour, verdict, claims leadership, reason
+    (fakes.LEADER, ProbeVerdict.LEADER, True, "HTTP 200 on /primary: primary, running"),
+    (fakes.REPLICA, ProbeVerdict.NOT_LEADER, False, "HTTP 503 on /primary: replica, running"),
+    (fakes.REFUSED, ProbeVerdict.UNREACHABLE, False, "connection refused"),
+    (fakes.HUNG, ProbeVerdict.UNREACHABLE, False, LATE),
+    (fakes.slow(2.0), ProbeVerdict.UNREACHABLE, False, LATE),
+    (fakes.DRIP, ProbeVerdict.UNREACHABLE, False, LATE),
+    (fakes.RESET_MID_BODY, ProbeVerdict.UNREACHABLE, False, "connection reset"),
+    (fakes.GARBAGE, ProbeVerdict.UNREACHABLE, False, "HTTP 200 on /primary with a non-JSON body"),
+    (
+        fakes.NOT_PATRONI,
+        ProbeVerdict.UNREACHABLE,
+        False,
+        "HTTP 200 on /primary without Patroni JSON",
+    ),
+    (
+        fakes.huge(content_length=True),
+        ProbeVerdict.UNREACHABLE,
+        False,
+        f"body larger than {CAP} bytes",
+    ),
+    (
+        fakes.huge(content_length=False),
+        ProbeVerdict.UNREACHABLE,
+        False,
+        f"body larger than {CAP} bytes",
+    ),
+    (
+        fakes.PROMOTING,
+        ProbeVerdict.NOT_LEADER,
+        True,
+        "HTTP 200 on /primary but role=replica, state=running",
+    ),
+    (
+        fakes.STOPPING,
+        ProbeVerdict.NOT_LEADER,
+        True,
+        "HTTP 200 on /primary but role=primary, state=stopping",
+    ),
+    (fakes.MASTER_V3, ProbeVerdict.LEADER, True, "HTTP 200 on /primary: primary, running"),
+]
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "verdict", "claims", "reason"),
+    VERDICTS,
+    ids=[
+        f"{b.kind.value}{'-slow' if b.delay else ''}"
+        f"{'-no-length' if b.kind is fakes.Kind.HUGE and not b.content_length else ''}"
+        for b, *_ in VERDICTS
+    ],
+)
+def test_each_behaviour_gives_its_verdict_and_the_same_short_reason_twice(
+    real_prober: PatroniProber,
+    member: MakeMember,
+    behaviour: Behaviour,
+    verdict: ProbeVerdict,
+    claims: bool,
+    reason: str,
+) -> None:
+    fake = member(behaviour, name="pg-0", timeline=3)
+    first = real_prober.probe([target(fake)])["pg-0"]
+    fake.release()
+    second = real_prober.probe([target(fake)])["pg-0"]
+    fake.release()
+
+    assert first.verdict is verdict
+    assert first.claims_leadership is claims
+    assert first.reason == reason
+    assert second == first  # the whole value, not only the reason: nothing varies
+    assert len(reason) <= 80 and "0x" not in reason and " at " not in reason
+    if verdict is ProbeVerdict.LEADER:
+        assert (first.role, first.state, first.timeline) == ("primary", "running", 3)
+        assert first.patroni_name == "pg-0"
+    if behaviour.kind is not fakes.Kind.REFUSED:
+        assert fake.requests == ["GET /primary HTTP/1.1"] * 2
+
+
+# ----------------------------------------------------------------------- deadlines
+
+
+@pytest.mark.parametrize(
+    "behaviour", [fakes.HUNG, fakes.slow(2.0), fakes.DRIP], ids=["hung", "slow", "drip"]
+)
+def test_a_stalling_member_never_pushes_the_round_past_the_deadline(
+    real_prober: PatroniProber, member: MakeMember, behaviour: Behaviour
+) -> None:
+    stalling = member(behaviour, name="pg-0")
+    leader = member(fakes.LEADER, name="pg-1")
+    replica = member(fakes.REPLICA, name="pg-2")
+
+    result, elapsed = timed_probe(
+        real_prober,
+        target(stalling, "pg-0"),
+        target(leader, "pg-1"),
+        target(replica, "pg-2"),
+    )
+
+    assert elapsed <= DEADLINE + SLACK, f"round took {elapsed:.3f} s"
+    assert result["pg-0"].reason == LATE
+    assert result["pg-1"].is_leader
+    assert result["pg-2"].verdict is ProbeVerdict.NOT_LEADER
+
+
+def test_members_are_asked_concurrently(member: MakeMember) -> None:
+    prober = PatroniProber(deadline=1.0)
+    try:
+        fakes_ = [member(fakes.slow(0.3, fakes.REPLICA), name=f"pg-{i}") for i in range(3)]
+        result, elapsed = timed_probe(prober, *(target(f, f.name) for f in fakes_))
+    finally:
+        prober.close()
+
+    assert all(s.verdict is ProbeVerdict.NOT_LEADER for s in result.values()), result
+    assert 0.3 <= elapsed < 0.6, f"3 members answering after 0.3 s took {elapsed:.3f} s"
+
+
+def test_the_connect_timeout_of_the_target_is_honoured() -> None:
+    prober = PatroniProber(deadline=1.0)
+    try:
+        with FullBacklog() as blackhole:
+            result, elapsed = timed_probe(prober, target(blackhole, connect=0.2))
+    finally:
+        prober.close()
+
+    assert result["pg-0"].reason == "connect timeout"
+    assert 0.2 <= elapsed <= 0.2 + SLACK
+
+
+@pytest.mark.parametrize(
+    "behaviour", [fakes.HUNG, fakes.slow(0.8)], ids=["hung", "slow-past-read-timeout"]
+)
+def test_the_read_timeout_of_the_target_is_honoured(
+    member: MakeMember, behaviour: Behaviour
+) -> None:
+    prober = PatroniProber(deadline=1.0)
+    try:
+        fake = member(behaviour)
+        result, elapsed = timed_probe(prober, target(fake, read=0.2))
+    finally:
+        prober.close()
+
+    assert result["pg-0"].reason == "read timeout"
+    assert 0.2 <= elapsed <= 0.2 + SLACK
+
+
+def test_a_timeout_cut_short_by_the_deadline_is_reported_as_the_deadline(
+    real_prober: PatroniProber, member: MakeMember
+) -> None:
+    # The worker clamps its read timeout to what is left of the round. When that clamp
+    # fires, the worker must say what probe() says for the same member ("deadline"), or
+    # the reason would flip between the two from sync to sync, depending on which
+    # thread wins the race, and the status condition would be rewritten every time.
+    fake = member(fakes.HUNG)
+    status = real_prober.probe_one(target(fake, read=1.0), time.monotonic() + 0.3)
+    assert status.reason == LATE
+
+
+def test_a_dripping_member_does_not_hold_the_probe_thread_past_the_deadline(
+    real_prober: PatroniProber, member: MakeMember
+) -> None:
+    # probe() stops waiting at the deadline anyway; this is about the pool thread.
+    # A body read that waits for a whole 8 KiB chunk would hold it for
+    # 8192 x 0.3 s while the member drips, and a few such members would starve
+    # every other cluster's probes (see the next test).
+    fake = member(fakes.DRIP)
+    started = time.monotonic()
+    status = real_prober.probe_one(target(fake), started + DEADLINE)
+    elapsed = time.monotonic() - started
+
+    assert status.reason == LATE
+    assert elapsed <= DEADLINE + fakes.DRIP_INTERVAL + SLACK, f"held for {elapsed:.3f} s"
+
+
+def test_a_dripping_member_does_not_starve_the_next_round(member: MakeMember) -> None:
+    prober = PatroniProber(deadline=DEADLINE, threads=1)
+    try:
+        drip = member(fakes.DRIP, name="pg-0")
+        leader = member(fakes.LEADER, name="pg-1")
+        first, _ = timed_probe(prober, target(drip, "pg-0"))
+        second, elapsed = timed_probe(prober, target(leader, "pg-1"))
+    finally:
+        prober.close()
+
+    assert first["pg-0"].reason == LATE
+    assert second["pg-1"].is_leader, second["pg-1"].reason
+    assert elapsed <= DEADLINE + SLACK
+
+
+# ------------------------------------------------------------ redirects, body cap
+
+
+def test_a_redirect_is_never_followed(real_prober: PatroniProber, member: MakeMember) -> None:
+    elsewhere = member(fakes.LEADER, name="pg-9")
+    redirecting = member(fakes.redirect(elsewhere.url()), name="pg-0")
+
+    status = real_prober.probe([target(redirecting)])["pg-0"]
+
+    assert status.verdict is ProbeVerdict.UNREACHABLE
+    assert not status.claims_leadership
+    assert status.reason == "HTTP 302 on /primary with a non-JSON body"
+    assert redirecting.requests == ["GET /primary HTTP/1.1"]
+    assert elsewhere.connections == 0
+
+
+@pytest.mark.parametrize("content_length", [True, False], ids=["with-length", "without-length"])
+def test_a_redirect_with_a_huge_body_is_neither_followed_nor_read_past_the_cap(
+    real_prober: PatroniProber, member: MakeMember, content_length: bool
+) -> None:
+    # requests consumes a redirect's whole body (Response.content) to work out
+    # Response.next, even with allow_redirects=False: the cap must hold there too.
+    elsewhere = member(fakes.LEADER, name="pg-9")
+    behaviour = fakes.redirect(elsewhere.url(), body_bytes=fakes.HUGE_BODY)
+    redirecting = member(replace(behaviour, content_length=content_length))
+
+    status, elapsed = timed_probe(real_prober, target(redirecting))
+
+    assert status["pg-0"].verdict is ProbeVerdict.UNREACHABLE
+    assert status["pg-0"].reason == f"body larger than {CAP} bytes"
+    assert elapsed < DEADLINE
+    assert redirecting.wait_done(5.0)
+    (exchange,) = redirecting.exchanges
+    assert exchange.bytes_sent <= CAP + 256 * 1024, exchange.bytes_sent
+    assert elsewhere.connections == 0
+
+
+@pytest.mark.parametrize("content_length", [True, False], ids=["with-length", "without-length"])
+def test_a_huge_body_is_not_read_past_the_cap(
+    real_prober: PatroniProber, member: MakeMember, content_length: bool
+) -> None:
+    fake = member(fakes.huge(content_length=content_length))
+
+    status, elapsed = timed_probe(real_prober, target(fake))
+
+    assert status["pg-0"].reason == f"body larger than {CAP} bytes"
+    assert elapsed < DEADLINE
+    assert fake.wait_done(5.0)
+    (exchange,) = fake.exchanges
+    assert exchange.outcome.startswith("client closed")
+    # What the fake got rid of before the prober closed the connection: what the prober
+    # read (at most the cap plus one chunk) plus what sat in the kernel's socket
+    # buffers (~128 KiB receive, 2 x 32 KiB send on Linux loopback); 50 MB were offered.
+    assert exchange.bytes_sent <= CAP + 256 * 1024, exchange.bytes_sent
+
+
+def test_the_cap_is_the_configured_one(member: MakeMember) -> None:
+    prober = PatroniProber(deadline=DEADLINE, max_body_bytes=1024)
+    try:
+        small = member(fakes.LEADER, name="pg-0")  # ~470 bytes
+        large = member(fakes.huge(2048, content_length=False), name="pg-1")
+        result = prober.probe([target(small, "pg-0"), target(large, "pg-1")])
+    finally:
+        prober.close()
+
+    assert result["pg-0"].is_leader
+    assert result["pg-1"].reason == "body larger than 1024 bytes"
+
+
+# -------------------------------------------------------- threads, reuse, environment
+
+
+def test_many_threads_can_probe_at_once(real_prober: PatroniProber, member: MakeMember) -> None:
+    members = [
+        member(fakes.REPLICA, name="pg-0"),
+        member(fakes.LEADER, name="pg-1"),
+        member(fakes.REPLICA, name="pg-2"),
+    ]
+    targets = [target(f, f.name) for f in members]
+    barrier = threading.Barrier(8, timeout=5.0)
+    results: list[dict[str, MemberStatus]] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            barrier.wait()
+            results.append(real_prober.probe(targets))
+        except BaseException as error:  # reported below, not lost in the thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5.0)
+
+    assert not errors
+    assert len(results) == 8
+    for result in results:
+        assert [result[f"pg-{i}"].verdict for i in range(3)] == [
+            ProbeVerdict.NOT_LEADER,
+            ProbeVerdict.LEADER,
+            ProbeVerdict.NOT_LEADER,
+        ]
+    assert sum(f.connections for f in members) == 24
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_probes_with_its_own_pool(
+    real_prober: PatroniProber, member: MakeMember
+) -> None:
+    # gunicorn forks workers after the app (and its prober) may have been used: the
+    # parent's pool threads do not exist in the child, which must build its own.
+    leader = member(fakes.LEADER)
+    assert real_prober.probe([target(leader)])["pg-0"].is_leader  # the parent's pool exists
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads
+        pid = os.fork()
+    if pid == 0:  # the child: report one line, never return into pytest
+        code = 1
+        try:
+            os.close(read_end)
+            status = real_prober.probe([target(leader)])["pg-0"]
+            os.write(write_end, f"{status.verdict.value}|{status.reason}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    try:
+        ready, _, _ = select.select([read_end], [], [], 5.0)
+        answer = os.read(read_end, 1024).decode() if ready else "(no answer)"
+    finally:
+        os.close(read_end)
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert answer == "leader|HTTP 200 on /primary: primary, running"
+    assert leader.connections == 2
+
+
+def test_close_then_probe_again(real_prober: PatroniProber, member: MakeMember) -> None:
+    leader = member(fakes.LEADER)
+    assert real_prober.probe([target(leader)])["pg-0"].is_leader
+    real_prober.close()
+    real_prober.close()  # idempotent
+    assert real_prober.probe([target(leader)])["pg-0"].is_leader
+
+
+def test_no_targets_no_round(real_prober: PatroniProber) -> None:
+    assert real_prober.probe([]) == {}
+
+
+def test_proxy_settings_in_the_environment_are_ignored(
+    real_prober: PatroniProber, member: MakeMember, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    leader = member(fakes.LEADER)
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+    # Negative control: a client that trusts the environment goes to the dead proxy.
+    with pytest.raises(requests.exceptions.ProxyError):
+        requests.get(leader.url(), timeout=1.0)
+    assert leader.connections == 0
+
+    status = real_prober.probe([target(leader)])["pg-0"]
+    assert status.is_leader, status.reason
+    assert leader.connections == 1
