@@ -456,6 +456,15 @@ class PatroniCluster:
             self.startup_seconds = time.monotonic() - t0
             log.info("cluster up in %.1fs: leader %s", self.startup_seconds, self.leader())
 
+    def restart(self, timeout: float = 90.0) -> None:
+        """Throw the cluster away (logs kept) and start a fresh one in a new base dir.
+
+        For test fixtures that must recover from a cluster a previous test left broken.
+        """
+        self.stop(keep_logs=True)
+        self._failed = False
+        self.start(timeout=timeout)
+
     def stop(self, keep_logs: bool | None = None) -> None:
         """Tear everything down by PID; safe to call repeatedly, after failures, from atexit.
 

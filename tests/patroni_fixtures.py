@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from devcluster import PatroniCluster
+from devcluster import ClusterError, PatroniCluster
 
 _FIXTURES = {"patroni_cluster", "healthy_patroni_cluster"}
 
@@ -48,6 +48,15 @@ def patroni_cluster(request: pytest.FixtureRequest) -> Iterator[PatroniCluster]:
 
 @pytest.fixture
 def healthy_patroni_cluster(patroni_cluster: PatroniCluster) -> PatroniCluster:
-    """The session cluster with all members up, one leader and the others streaming."""
-    patroni_cluster.ensure_healthy(timeout=120)
+    """The session cluster with all members up, one leader and the others streaming.
+
+    If a previous test left the cluster beyond repair (members that do not rejoin within the
+    timeout), it is replaced by a fresh one, so one broken test does not fail all that follow;
+    the reason is printed and the old logs are kept.
+    """
+    try:
+        patroni_cluster.ensure_healthy(timeout=120)
+    except ClusterError as exc:
+        print(f"\ncluster not healthy, starting a fresh one (logs kept): {exc}")
+        patroni_cluster.restart(timeout=90)
     return patroni_cluster

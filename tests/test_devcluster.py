@@ -18,9 +18,12 @@ import pytest
 
 from devcluster import ClusterError, PatroniCluster, kill_leftovers, poll_until
 from devcluster._proc import ENV_BASE_DIR, Proc
+from devcluster._runtime import DEFAULT_RUNTIME_DIR, resolve_runtime
 from devcluster.leftovers import MARKER
 
 pytestmark = pytest.mark.patroni
+# Also listed in tests/conftest.py; repeating it here keeps this file runnable on its own.
+pytest_plugins = ["tests.patroni_fixtures"]
 
 NAMES = ["pg-orders-0", "pg-orders-1", "pg-orders-2"]
 
@@ -56,7 +59,11 @@ def test_cluster_has_one_leader_and_two_streaming_replicas(
         assert m.data_dir.stat().st_mode & 0o077 == 0
         assert m.patroni_log.is_file()
     assert cluster.startup_seconds is not None
-    print(f"\nstart-up to 1 leader + 2 streaming replicas: {cluster.startup_seconds:.1f}s")
+    assert cluster.runtime is not None
+    print(
+        f"\nstart-up to 1 leader + 2 streaming replicas: {cluster.startup_seconds:.1f}s; "
+        f"Patroni runs as {cluster.runtime.user.name} from the {cluster.runtime.source}"
+    )
 
 
 def test_write_on_leader_shows_up_on_replicas(healthy_patroni_cluster: PatroniCluster) -> None:
@@ -109,6 +116,7 @@ def test_graceful_stop_of_leader_elects_new_leader(
     assert primary < 15  # measured ~2.5 s with loop_wait 2
     assert not cluster.member(old).running
     assert cluster.member(old).postmaster_pid is None  # Patroni stopped PostgreSQL too
+    assert cluster.status(old).reachable is False
     assert cluster.leader() == election.name
 
 
@@ -178,3 +186,14 @@ def test_kill_leftovers_kills_processes_of_a_dead_run(tmp_path: Path) -> None:
         for p in sleepers.values():
             p.kill()
             p.wait(timeout=10)
+
+
+def test_runtime_copy_is_usable_by_the_cluster_user() -> None:
+    """The fallback for CI clones the cluster user cannot traverse (see devcluster._runtime)."""
+    runtime = resolve_runtime(force_copy=True)
+    root = Path(os.environ.get("DEVCLUSTER_RUNTIME_DIR", DEFAULT_RUNTIME_DIR))
+    assert runtime.source.startswith("runtime copy")
+    assert runtime.python.parent.parent.parent == root
+    assert root in runtime.pg_bin_dir.parents or "/usr/lib/postgresql" in str(runtime.pg_bin_dir)
+    if os.geteuid() == 0:
+        assert runtime.user.drop and runtime.user.uid != 0
