@@ -57,6 +57,17 @@ class RequestError(ValueError):
     """The request itself is broken: answer 400 and let Metacontroller retry."""
 
 
+class _StrictBoolean(fields.Boolean):
+    """Only JSON ``true``/``false``: ``fields.Boolean`` also takes 1, 0 and 1.0 (1 == True)."""
+
+    def _deserialize(
+        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
+    ) -> bool:
+        if not isinstance(value, bool):
+            raise self.make_error("invalid", input=value)
+        return value
+
+
 @dataclass(frozen=True, slots=True)
 class ServicePort:
     """One port of the primary Service."""
@@ -125,8 +136,8 @@ class SyncRequest:
 
 
 def _label_key(key: str) -> bool:
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _DNS_1123_SUBDOMAIN.match(prefix)):
+    prefix, slash, name = key.rpartition("/")
+    if slash and (len(prefix) > 253 or not _DNS_1123_SUBDOMAIN.match(prefix)):
         return False
     return 0 < len(name) <= 63 and bool(_LABEL_NAME.match(name))
 
@@ -174,7 +185,13 @@ class _PortSchema(Schema):
             raise ValidationError("must be a port number or a port name", "targetPort")
         if isinstance(target, int) and not 1 <= target <= 65535:
             raise ValidationError("must be between 1 and 65535", "targetPort")
-        if isinstance(target, str) and not (len(target) <= 15 and _IANA_SVC_NAME.match(target)):
+        if isinstance(target, str) and not (
+            # Kubernetes' IsValidPortName: also at least one letter and no "--"
+            len(target) <= 15
+            and _IANA_SVC_NAME.match(target)
+            and re.search("[a-z]", target)
+            and "--" not in target
+        ):
             raise ValidationError(f"{target!r} is not a valid port name", "targetPort")
 
     @post_load
@@ -361,7 +378,7 @@ class SyncEnvelopeSchema(Schema):
         values=fields.Dict(keys=fields.String(), values=fields.Dict()),
         load_default=dict,
     )
-    finalizing = fields.Boolean(load_default=False, truthy={True}, falsy={False})
+    finalizing = _StrictBoolean(load_default=False)
 
 
 class CustomizeEnvelopeSchema(Schema):

@@ -125,9 +125,14 @@ def pod_ip(pod: Mapping[str, Any]) -> ipaddress.IPv4Address | ipaddress.IPv6Addr
     if not isinstance(raw, str):
         return None
     try:
-        return ipaddress.ip_address(raw)
+        ip = ipaddress.ip_address(raw)
     except ValueError:
         return None
+    # A Pod IP never has an IPv6 zone, and a zone is free text: "::1%@evil.example:80#"
+    # parses as an address but would put a hostname into the probe URL.
+    if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
+        return None
+    return ip
 
 
 # ------------------------------------------------------------------------ the reply
@@ -402,6 +407,8 @@ def _last_applied(observed: Mapping[str, Any]) -> dict[str, Any] | None:
     except ValueError:
         return None
     if not isinstance(applied, dict) or not isinstance(applied.get("metadata"), dict):
+        return None
+    if not isinstance(applied.get("spec", {}), dict):
         return None
     assert isinstance(metadata, Mapping)
     same = all(applied.get(key) == observed.get(key) for key in ("apiVersion", "kind")) and applied[

@@ -1,0 +1,514 @@
+"""Unit tests of request and spec validation (:mod:`hooks.schemas`).
+
+Test design notes
+-----------------
+* Two levels of bad input are kept apart, and so are their tests: a *broken request*
+  must raise :class:`RequestError` with a message that says what is wrong (the app
+  answers 400, Metacontroller changes nothing and retries); an *invalid spec* must load
+  into a :class:`SyncRequest` with ``spec=None`` and a :class:`SpecProblem` naming the
+  exact dotted field, never raise.
+* The invalid-spec table (``tests.helpers.INVALID_SPECS``) is shared with
+  ``tests/test_sync.py``, which checks what the *reply* does with the same inputs.
+* Messages are matched on the part a human needs (the field path, the offending key),
+  not on marshmallow's exact wording, so a library upgrade that rewords a message does
+  not break the tests while a wrong field path does.
+* All five recorded Metacontroller requests must load, and the seed spec (the three
+  fields the fixtures use) must come back with every default filled in, compared as a
+  whole dataclass so a changed default is noticed.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from typing import Any
+
+import pytest
+
+from hooks.schemas import (
+    LEADER_PATHS,
+    ClusterSpec,
+    RequestError,
+    ServicePort,
+    SpecProblem,
+    load_customize_request,
+    load_spec,
+    load_sync_request,
+)
+from tests.helpers import (
+    CLUSTER,
+    INVALID_SPECS,
+    NAMESPACE,
+    OMIT,
+    SELECTOR,
+    SERVICE_NAME,
+    SYNC_FIXTURES,
+    fixture,
+    make_pod,
+    make_service,
+    seed_spec,
+    sync_body,
+)
+
+SEED_DEFAULTS = ClusterSpec(
+    primary_selector={"application": "patroni", "cluster-name": "pg-orders"},
+    service_name="pg-orders-primary",
+    health_check_path="/primary",
+    patroni_port=8008,
+    patroni_scheme="http",
+    connect_timeout=0.5,
+    read_timeout=1.0,
+    service_type="ClusterIP",
+    service_ports=(ServicePort(name="postgresql", port=5432, target_port=5432, protocol="TCP"),),
+    service_labels={},
+    service_annotations={},
+)
+
+
+# ===================================================================== fixtures
+
+
+@pytest.mark.parametrize("name", SYNC_FIXTURES)
+def test_every_recorded_sync_request_loads_with_a_valid_spec(name: str) -> None:
+    body = fixture(name)
+    request = load_sync_request(body)
+
+    assert (request.namespace, request.name, request.cluster) == (
+        NAMESPACE,
+        CLUSTER,
+        "databases/pg-orders",
+    )
+    assert request.generation == body["parent"]["metadata"]["generation"]
+    assert request.spec == SEED_DEFAULTS
+    assert request.spec_problems == ()
+    assert request.finalizing is body["finalizing"]
+    assert dict(request.services) == body["children"]["Service.v1"]
+    assert sorted(request.pods) == ["pg-orders-0", "pg-orders-1", "pg-orders-2"]
+    assert request.other_children == {}
+    assert request.parent == body["parent"]
+
+
+def test_the_recorded_finalize_request_is_a_finalize() -> None:
+    request = load_sync_request(fixture("finalize-parent-deleting.json"))
+    assert (request.finalizing, request.generation, sorted(request.services)) == (
+        True,
+        2,
+        [SERVICE_NAME],
+    )
+
+
+def test_the_recorded_customize_request_loads() -> None:
+    assert load_customize_request(fixture("customize-request.json")) == (
+        "databases/pg-orders",
+        SEED_DEFAULTS,
+    )
+
+
+def test_the_five_fixture_files_are_all_covered() -> None:
+    assert len(SYNC_FIXTURES) == 4  # plus customize-request.json above
+
+
+# ==================================================================== the spec
+
+
+def test_a_seed_only_spec_gets_every_default() -> None:
+    assert load_spec(seed_spec()) == (SEED_DEFAULTS, ())
+
+
+def test_health_check_path_defaults_to_primary_when_left_out() -> None:
+    spec = seed_spec()
+    del spec["healthCheckPath"]
+    loaded, problems = load_spec(spec)
+    assert (loaded, problems) == (SEED_DEFAULTS, ())
+
+
+def test_a_full_spec_loads_every_field() -> None:
+    spec = seed_spec(
+        healthCheckPath="/leader",
+        patroni={
+            "port": 8443,
+            "scheme": "https",
+            "connectTimeoutSeconds": 0.05,
+            "readTimeoutSeconds": 5,
+        },
+        service={
+            "type": "NodePort",
+            "ports": [
+                {"name": "pg", "port": 5433, "targetPort": "postgresql", "protocol": "TCP"},
+                {"name": "metrics", "port": 9187, "targetPort": 9187},
+                {"name": "api", "port": 8008},
+            ],
+            "labels": {"team": "db", "example.com/tier": ""},
+            "annotations": {"example.com/free-text": "anything: at all"},
+        },
+    )
+    assert load_spec(spec) == (
+        ClusterSpec(
+            primary_selector=dict(SELECTOR),
+            service_name=SERVICE_NAME,
+            health_check_path="/leader",
+            patroni_port=8443,
+            patroni_scheme="https",
+            connect_timeout=0.05,
+            read_timeout=5.0,
+            service_type="NodePort",
+            service_ports=(
+                ServicePort("pg", 5433, "postgresql"),
+                ServicePort("metrics", 9187, 9187),
+                ServicePort("api", 8008, 8008),
+            ),
+            service_labels={"team": "db", "example.com/tier": ""},
+            service_annotations={"example.com/free-text": "anything: at all"},
+        ),
+        (),
+    )
+
+
+def test_unknown_spec_fields_are_ignored() -> None:
+    spec = seed_spec(futureField={"x": 1}, patroni={"futureKnob": True})
+    assert load_spec(spec) == (SEED_DEFAULTS, ())
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["app", "app.kubernetes.io/name", "example.com/x_y.z-1", "a" * 63, f"{'p' * 253}/n"],
+)
+def test_valid_label_keys_are_accepted(key: str) -> None:
+    spec, problems = load_spec(seed_spec(primarySelector={key: "v"}))
+    assert problems == ()
+    assert spec is not None and dict(spec.primary_selector) == {key: "v"}
+
+
+@pytest.mark.parametrize("value", ["", "v", "A.b_c-9", "x" * 63])
+def test_valid_label_values_are_accepted(value: str) -> None:
+    assert load_spec(seed_spec(primarySelector={"app": value}))[1] == ()
+
+
+@pytest.mark.parametrize(
+    "name", ["p", "pg-orders-rw", "a" * 63, "pg-orders-primary", "pg-orders-x"]
+)
+def test_valid_service_names_are_accepted(name: str) -> None:
+    spec, problems = load_spec(seed_spec(serviceRef={"name": name}))
+    assert problems == ()
+    assert spec is not None and spec.service_name == name
+
+
+@pytest.mark.parametrize("target", [1, 65535, "pg", "postgresql", "a" * 15, "p-g", "pg5432"])
+def test_valid_target_ports_are_accepted(target: int | str) -> None:
+    spec, problems = load_spec(
+        seed_spec(service={"ports": [{"name": "pg", "port": 5432, "targetPort": target}]})
+    )
+    assert problems == ()
+    assert spec is not None and spec.service_ports[0].target_port == target
+
+
+@pytest.mark.parametrize("path", sorted(LEADER_PATHS))
+def test_every_leader_path_is_accepted_with_its_leader_roles(path: str) -> None:
+    spec, problems = load_spec(seed_spec(healthCheckPath=path))
+    assert problems == ()
+    assert spec is not None and spec.leader_roles == LEADER_PATHS[path]
+
+
+def test_leader_paths_never_include_a_path_that_is_200_on_replicas() -> None:
+    assert {"/replica", "/read-only", "/health", "/readiness", "/liveness", "/"}.isdisjoint(
+        LEADER_PATHS
+    )
+    assert LEADER_PATHS["/leader"] == {"primary", "standby_leader"}
+    assert LEADER_PATHS["/standby-leader"] == {"standby_leader"}
+    assert LEADER_PATHS["/primary"] == {"primary"}
+
+
+def test_the_reserved_name_check_uses_the_cluster_name_label_as_patronis_scope() -> None:
+    spec = seed_spec(primarySelector={"application": "patroni", "cluster-name": "orders"})
+    spec["serviceRef"] = {"name": "orders-config"}
+    assert load_spec(spec)[1][0].field == "spec.serviceRef"
+    spec["serviceRef"] = {"name": "pg-orders-config"}  # another cluster's name is not reserved
+    assert load_spec(spec)[1] == ()
+
+
+@pytest.mark.parametrize(
+    ("spec", "field_path"),
+    [c[1:] for c in INVALID_SPECS],
+    ids=[c[0] for c in INVALID_SPECS],
+)
+def test_an_invalid_spec_is_a_problem_that_names_the_field_never_an_exception(
+    spec: object, field_path: str
+) -> None:
+    if spec is OMIT:  # no spec key at all: the envelope hands load_spec a None
+        spec = None
+    loaded, problems = load_spec(copy.deepcopy(spec))
+
+    assert loaded is None
+    assert problems, "an invalid spec must say why"
+    assert all(isinstance(p, SpecProblem) and p.message for p in problems)
+    assert all(p.field == "spec" or p.field.startswith("spec.") for p in problems)
+    assert field_path in [p.field for p in problems], problems
+
+
+@pytest.mark.parametrize(
+    ("spec", "field_path"),
+    [c[1:] for c in INVALID_SPECS],
+    ids=[c[0] for c in INVALID_SPECS],
+)
+def test_a_request_with_an_invalid_spec_still_loads(spec: object, field_path: str) -> None:
+    request = load_sync_request(sync_body(spec=spec, services=[make_service()]))
+    assert request.spec is None
+    assert field_path in [p.field for p in request.spec_problems]
+    assert list(request.services) == [SERVICE_NAME]
+
+
+def test_every_problem_of_a_spec_is_reported_not_only_the_first() -> None:
+    _, problems = load_spec({"healthCheckPath": "/replica", "patroni": {"port": 0}})
+    assert [p.field for p in problems] == [
+        "spec.healthCheckPath",
+        "spec.patroni.port",
+        "spec.primarySelector",
+        "spec.serviceRef",
+    ]
+
+
+def test_a_reserved_name_message_names_the_name_and_the_scope() -> None:
+    (problem,) = load_spec(seed_spec(serviceRef={"name": "pg-orders-leader"}))[1]
+    assert "'pg-orders-leader'" in problem.message and "'pg-orders'" in problem.message
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [
+        None,
+        0,
+        1.5,
+        math.nan,
+        "",
+        "spec",
+        [],
+        [{}],
+        (),
+        {"primarySelector": None},
+        {"serviceRef": []},
+        {1: 2},
+    ],
+)
+def test_load_spec_never_raises(junk: object) -> None:
+    loaded, problems = load_spec(junk)
+    assert loaded is None and problems
+
+
+# ==================================================================== envelope
+
+
+def _without(path: str) -> Any:
+    def mutate(body: dict[str, Any]) -> None:
+        *parents, last = path.split("/")
+        target = body
+        for key in parents:
+            target = target[key]
+        del target[last]
+
+    return mutate
+
+
+def _set(path: str, value: object) -> Any:
+    def mutate(body: dict[str, Any]) -> None:
+        *parents, last = path.split("/")
+        target = body
+        for key in parents:
+            target = target[key]
+        target[last] = copy.deepcopy(value)
+
+    return mutate
+
+
+def _rename_service(body: dict[str, Any]) -> None:
+    body["children"]["Service.v1"][SERVICE_NAME]["metadata"]["name"] = "other"
+
+
+def _rename_pod(body: dict[str, Any]) -> None:
+    body["related"]["Pod.v1"]["pg-orders-0"]["metadata"]["name"] = "pg-orders-9"
+
+
+def _service_without_metadata(body: dict[str, Any]) -> None:
+    del body["children"]["Service.v1"][SERVICE_NAME]["metadata"]
+
+
+def _pod_with_list_metadata(body: dict[str, Any]) -> None:
+    body["related"]["Pod.v1"]["pg-orders-0"]["metadata"] = ["pg-orders-0"]
+
+
+BROKEN_REQUESTS = [
+    ("parent missing", _without("parent"), "invalid sync request: parent: Missing data"),
+    ("parent a list", _set("parent", []), "invalid sync request: parent: "),
+    ("parent null", _set("parent", None), "invalid sync request: parent: "),
+    ("parent without metadata", _without("parent/metadata"), "invalid parent: metadata: Missing"),
+    ("metadata a string", _set("parent/metadata", "x"), "invalid parent: metadata: "),
+    (
+        "no metadata.name",
+        _without("parent/metadata/name"),
+        "invalid parent: metadata.name: Missing",
+    ),
+    ("empty metadata.name", _set("parent/metadata/name", ""), "invalid parent: metadata.name: "),
+    ("metadata.name a number", _set("parent/metadata/name", 5), "invalid parent: metadata.name: "),
+    (
+        "no metadata.namespace",
+        _without("parent/metadata/namespace"),
+        "invalid parent: metadata.namespace: Missing",
+    ),
+    (
+        "empty namespace",
+        _set("parent/metadata/namespace", ""),
+        "invalid parent: metadata.namespace: ",
+    ),
+    ("generation a string", _set("parent/metadata/generation", "1"), "metadata.generation: "),
+    ("generation a float", _set("parent/metadata/generation", 1.5), "metadata.generation: "),
+    ("generation true", _set("parent/metadata/generation", True), "metadata.generation: "),
+    ("children missing", _without("children"), "invalid sync request: children: Missing data"),
+    ("children null", _set("children", None), "invalid sync request: children: "),
+    ("children a list", _set("children", [{}]), "invalid sync request: children: "),
+    ("children without Service.v1", _set("children", {}), "children has no 'Service.v1' entry"),
+    (
+        "children with only other types",
+        _set("children", {"ConfigMap.v1": {}}),
+        "children has no 'Service.v1' entry",
+    ),
+    ("Service.v1 a list", _set("children/Service.v1", []), "invalid sync request: children."),
+    ("Service.v1 null", _set("children/Service.v1", None), "invalid sync request: children."),
+    (
+        "a Service that is not an object",
+        _set("children/Service.v1", {SERVICE_NAME: "pg-orders-primary"}),
+        "invalid sync request: children.",
+    ),
+    (
+        "a Service keyed by another name",
+        _rename_service,
+        "Service.v1['pg-orders-primary'] has metadata.name 'other'",
+    ),
+    (
+        "a Service without metadata",
+        _service_without_metadata,
+        "Service.v1['pg-orders-primary'] has metadata.name None",
+    ),
+    (
+        "other children not objects",
+        _set("children/ConfigMap.v1", {"x": 5}),
+        "invalid sync request: children.",
+    ),
+    ("finalizing a string", _set("finalizing", "true"), "invalid sync request: finalizing: "),
+    ("finalizing 1", _set("finalizing", 1), "invalid sync request: finalizing: "),
+    ("finalizing 0", _set("finalizing", 0), "invalid sync request: finalizing: "),
+    ("finalizing 1.0", _set("finalizing", 1.0), "invalid sync request: finalizing: "),
+    ("finalizing null", _set("finalizing", None), "invalid sync request: finalizing: "),
+    ("related a list", _set("related", []), "invalid sync request: related: "),
+    ("related Pod.v1 a list", _set("related/Pod.v1", []), "invalid sync request: related."),
+    (
+        "a Pod that is not an object",
+        _set("related/Pod.v1", {"pg-orders-0": ["pod"]}),
+        "invalid sync request: related.",
+    ),
+    (
+        "a Pod keyed by another name",
+        _rename_pod,
+        "Pod.v1['pg-orders-0'] has metadata.name 'pg-orders-9'",
+    ),
+    (
+        "a Pod with list metadata",
+        _pod_with_list_metadata,
+        "Pod.v1['pg-orders-0'] has metadata.name None",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [c[1:] for c in BROKEN_REQUESTS],
+    ids=[c[0] for c in BROKEN_REQUESTS],
+)
+def test_a_broken_request_raises_request_error_saying_what_is_wrong(
+    mutate: Any, message: str
+) -> None:
+    body = sync_body(services=[make_service()])
+    mutate(body)
+    with pytest.raises(RequestError, match=re.escape(message)):
+        load_sync_request(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "type_name"),
+    [
+        ([], "list"),
+        (None, "NoneType"),
+        ("{}", "str"),
+        (b"{}", "bytes"),
+        (42, "int"),
+        (True, "bool"),
+    ],
+)
+def test_a_body_that_is_not_an_object_is_rejected_naming_its_type(
+    body: object, type_name: str
+) -> None:
+    expected = f"request body must be a JSON object, not {type_name}"
+    with pytest.raises(RequestError, match=re.escape(expected)):
+        load_sync_request(body)
+    with pytest.raises(RequestError, match=re.escape(expected)):
+        load_customize_request(body)
+
+
+def test_request_error_is_a_value_error() -> None:
+    assert issubclass(RequestError, ValueError)
+
+
+def test_optional_envelope_parts_get_their_defaults() -> None:
+    body = sync_body(services=[make_service()])
+    del body["related"], body["finalizing"], body["controller"]
+    del body["parent"]["metadata"]["generation"]
+    request = load_sync_request(body)
+    assert (request.pods, request.finalizing, request.generation) == ({}, False, None)
+
+
+@pytest.mark.parametrize("finalizing", [True, False])
+def test_finalizing_accepts_only_json_booleans(finalizing: bool) -> None:
+    assert load_sync_request(sync_body(finalizing=finalizing)).finalizing is finalizing
+
+
+def test_children_of_other_types_are_kept_verbatim() -> None:
+    extra = {
+        "ConfigMap.v1": {"x": {"metadata": {"name": "x"}, "data": {"k": "v"}}},
+        "Secret.v1": {},
+    }
+    body = sync_body(extra_children=extra)
+    assert load_sync_request(body).other_children == extra
+
+
+def test_unknown_envelope_keys_are_ignored() -> None:
+    body = sync_body()
+    body["somethingNew"] = {"from": "a newer Metacontroller"}
+    assert load_sync_request(body).spec == SEED_DEFAULTS
+
+
+def test_related_objects_of_other_types_are_not_taken_as_pods() -> None:
+    body = sync_body(pods=[make_pod("pg-orders-0")])
+    body["related"]["ConfigMap.v1"] = {"pg-orders-1": {"metadata": {"name": "pg-orders-1"}}}
+    assert list(load_sync_request(body).pods) == ["pg-orders-0"]
+
+
+# =================================================================== customize
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({}, "invalid customize request: parent: Missing data"),
+        ({"parent": []}, "invalid customize request: parent: "),
+        ({"parent": {"spec": {}}}, "invalid parent: metadata: Missing"),
+        ({"parent": {"metadata": {"name": "x"}}}, "invalid parent: metadata.namespace: Missing"),
+    ],
+)
+def test_a_broken_customize_request_raises_request_error(body: object, message: str) -> None:
+    with pytest.raises(RequestError, match=re.escape(message)):
+        load_customize_request(body)
+
+
+def test_a_customize_request_with_an_invalid_spec_loads_without_a_spec() -> None:
+    body = fixture("customize-request.json")
+    body["parent"]["spec"]["healthCheckPath"] = "/replica"
+    assert load_customize_request(body) == ("databases/pg-orders", None)
