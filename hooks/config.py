@@ -6,6 +6,7 @@ in the PostgreSQLCluster spec (see :mod:`hooks.schemas`).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -62,23 +63,37 @@ class HookSettings:
                 value = float(raw)
             except ValueError:
                 raise ValueError(f"{name}={raw!r} is not a number") from None
+            if not math.isfinite(value):
+                raise ValueError(f"{name}={raw!r} must be a finite number")
             if value <= 0:
                 raise ValueError(f"{name}={raw!r} must be positive")
             return value
 
+        def count(name: str, fallback: int) -> int:
+            value = number(name, fallback)
+            if value != int(value):
+                raise ValueError(f"{name}={env[name]!r} must be a whole number")
+            return int(value)
+
+        log_format = env.get("PGFH_LOG_FORMAT", "").strip().lower() or default.log_format
+        if log_format not in ("json", "text"):
+            raise ValueError(f"PGFH_LOG_FORMAT={log_format!r} must be json or text")
+        log_level = env.get("PGFH_LOG_LEVEL", "").strip().upper() or default.log_level
+        if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ValueError(
+                f"PGFH_LOG_LEVEL={log_level!r} must be DEBUG, INFO, WARNING, ERROR or CRITICAL"
+            )
         return cls(
             probe_deadline=number("PGFH_PROBE_DEADLINE_SECONDS", default.probe_deadline),
-            max_probe_body_bytes=int(
-                number("PGFH_MAX_PROBE_BODY_BYTES", default.max_probe_body_bytes)
-            ),
-            probe_threads=int(number("PGFH_PROBE_THREADS", default.probe_threads)),
-            max_request_bytes=int(number("PGFH_MAX_REQUEST_BYTES", default.max_request_bytes)),
+            max_probe_body_bytes=count("PGFH_MAX_PROBE_BODY_BYTES", default.max_probe_body_bytes),
+            probe_threads=count("PGFH_PROBE_THREADS", default.probe_threads),
+            max_request_bytes=count("PGFH_MAX_REQUEST_BYTES", default.max_request_bytes),
             resync=ResyncTiming(
                 healthy=number("PGFH_RESYNC_HEALTHY_SECONDS", default.resync.healthy),
                 degraded=number("PGFH_RESYNC_DEGRADED_SECONDS", default.resync.degraded),
             ),
-            log_format=env.get("PGFH_LOG_FORMAT", default.log_format),
-            log_level=env.get("PGFH_LOG_LEVEL", default.log_level).upper(),
+            log_format=log_format,
+            log_level=log_level,
             emit_events=_flag(env, "PGFH_EMIT_EVENTS"),
             instance=env.get("POD_NAME") or default.instance,
         )

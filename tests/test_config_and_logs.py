@@ -8,9 +8,7 @@ Test design notes
   raise ``ValueError`` whose message names the variable, so an operator reading a
   crash-looping pod's log knows which setting to fix.
 * Values that ``float()`` accepts but that make no sense (``nan``, ``inf``, a fraction
-  for a thread count) are bugs in ``hooks/config.py``, which this suite may not edit:
-  they are marked ``xfail(strict=True)`` with the reason, so they turn into failures
-  (and must be un-marked) the day the module is fixed.
+  for a thread count) are refused too, naming the variable.
 * Logs are captured with a ``StreamHandler`` on a ``StringIO`` whose formatter and filter
   are built from the project's own :func:`hooks.logs.logging_config` dict, attached to a
   private logger, so the global logging configuration (and pytest's capture) is never
@@ -146,24 +144,19 @@ def _refusals(cases: list[tuple[str, str]]) -> list[str]:
     return wrong
 
 
-# Bugs in hooks/config.py, which this suite may not edit: strict xfails, so each one
-# fails loudly (XPASS) the day the module is fixed and the marker must come off.
-# Each test loops over the variables, so a bug is one XFAIL line, not a dozen.
+# Each test loops over the variables, so a regression is one failing line, not a dozen.
 
 
-@pytest.mark.xfail(strict=True, reason="hooks/config.py takes float('nan') and float('inf')")
 @pytest.mark.parametrize("raw", ["nan", "-nan", "inf", "1e999"])
 def test_nan_and_infinity_are_rejected_naming_the_variable(raw: str) -> None:
     assert _refusals([(v, raw) for v in NUMBER_VARIABLES]) == []
 
 
-@pytest.mark.xfail(strict=True, reason="hooks/config.py truncates 0.5 to 0 for counts")
 def test_a_fraction_for_a_count_is_rejected_not_truncated_to_zero() -> None:
     counts = ["PGFH_PROBE_THREADS", "PGFH_MAX_PROBE_BODY_BYTES", "PGFH_MAX_REQUEST_BYTES"]
     assert _refusals([(v, "0.5") for v in counts]) == []
 
 
-@pytest.mark.xfail(strict=True, reason="from_env does not validate the log settings")
 def test_an_unknown_log_format_or_level_is_rejected_naming_the_variable() -> None:
     assert _refusals([("PGFH_LOG_FORMAT", "xml"), ("PGFH_LOG_LEVEL", "LOUD")]) == []
 
