@@ -525,8 +525,9 @@ class PatroniCluster:
         if not keep_logs and self._given_base_dir is None:
             shutil.rmtree(self.base_dir, ignore_errors=True)
             return
+        # Data is big (~100 MB per member) and useless after the fact; configs and logs are not.
         for m in self.members:
-            shutil.rmtree(m.dir, ignore_errors=True)
+            shutil.rmtree(m.data_dir, ignore_errors=True)
         shutil.rmtree(self.base_dir / "etcd", ignore_errors=True)
         if keep_logs:
             log.warning("devcluster logs kept in %s", self.logs_dir)

@@ -40,10 +40,8 @@ def patroni_cluster(request: pytest.FixtureRequest) -> Iterator[PatroniCluster]:
     try:
         yield cluster
     finally:
-        failed = request.session.testsfailed > 0
-        cluster.stop(keep_logs=failed)
-        if failed:
-            print(f"\npatroni cluster logs kept in {cluster.logs_dir}")
+        # Keep the logs for a post-mortem if anything failed (the path is printed on stderr).
+        cluster.stop(keep_logs=request.session.testsfailed > 0)
 
 
 @pytest.fixture
