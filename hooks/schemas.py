@@ -89,6 +89,8 @@ class ClusterSpec:
     patroni_scheme: str = "http"
     connect_timeout: float = 0.5
     read_timeout: float = 1.0
+    #: Route only to a member whose ``patroni.name`` equals its pod's name.
+    verify_member_name: bool = True
     service_type: str = "ClusterIP"
     service_ports: tuple[ServicePort, ...] = (ServicePort("postgresql", 5432, 5432),)
     service_labels: Mapping[str, str] = field(default_factory=dict)
@@ -162,6 +164,7 @@ class _PatroniSchema(Schema):
     readTimeoutSeconds = fields.Float(
         load_default=1.0, allow_nan=False, validate=validate.Range(min=0.05, max=5)
     )
+    memberNameMustMatchPod = _StrictBoolean(load_default=True)
 
 
 class _PortSchema(Schema):
@@ -306,6 +309,7 @@ class ClusterSpecSchema(Schema):
             patroni_scheme=patroni["scheme"],
             connect_timeout=patroni["connectTimeoutSeconds"],
             read_timeout=patroni["readTimeoutSeconds"],
+            verify_member_name=patroni["memberNameMustMatchPod"],
             service_type=service["type"],
             service_ports=tuple(service["ports"]),
             service_labels=dict(service["labels"]),

@@ -53,6 +53,7 @@ class Decision(enum.Enum):
     TOO_FEW_ANSWERS = "TooFewAnswers"
     LEADER_TERMINATING = "LeaderTerminating"
     LEADER_NOT_SELECTABLE = "LeaderPodNotSelectable"
+    MEMBER_NAME_MISMATCH = "MemberNameMismatch"
     INVALID_SPEC = "InvalidSpec"
     FINALIZING = "Finalizing"
 
@@ -316,6 +317,17 @@ def choose_leader(
             None,
             f"{claimant.name} claims leadership but only {len(answered)} of {len(members)} "
             f"members answered (need {quorum}{_unreachable_phrase(members)})",
+        )
+    if (
+        spec.verify_member_name
+        and claimant.patroni_name is not None
+        and claimant.patroni_name != claimant.name
+    ):
+        # The pod's IP answered as another member: a stale or reused IP. Never route on it.
+        return (
+            Decision.MEMBER_NAME_MISMATCH,
+            None,
+            f"Pod {claimant.name}'s IP answers as Patroni member {claimant.patroni_name!r}",
         )
     pod = pods[claimant.name]
     metadata = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}

@@ -512,6 +512,24 @@ def test_structural_check_negative_control() -> None:
     assert undescribed_fields(broken) == [".spec.healthCheckPath"]
 
 
+def test_the_crd_spec_and_the_hooks_marshmallow_schema_name_the_same_fields() -> None:
+    """One contract, two readers: the API server (CRD) and the hook (marshmallow)."""
+    from hooks import schemas
+
+    spec = crd_schema()["properties"]["spec"]["properties"]
+    readers = {
+        "spec": (spec, schemas.ClusterSpecSchema()),
+        "spec.patroni": (spec["patroni"]["properties"], schemas._PatroniSchema()),
+        "spec.service": (spec["service"]["properties"], schemas._ServiceTemplateSchema()),
+        "spec.service.ports[]": (
+            spec["service"]["properties"]["ports"]["items"]["properties"],
+            schemas._PortSchema(),
+        ),
+    }
+    for path, (crd_fields, marshmallow_schema) in readers.items():
+        assert set(crd_fields) == set(marshmallow_schema.fields), path
+
+
 def test_crd_fields_are_the_contract() -> None:
     """The field list the hook's marshmallow schema is written against: no renames."""
     schema = crd_schema()
@@ -530,6 +548,7 @@ def test_crd_fields_are_the_contract() -> None:
         "scheme",
         "connectTimeoutSeconds",
         "readTimeoutSeconds",
+        "memberNameMustMatchPod",
     }
     service = spec["properties"]["service"]["properties"]
     assert set(service) == {"type", "ports", "labels", "annotations"}
@@ -654,6 +673,7 @@ def test_defaulting_the_seed_example() -> None:
             "scheme": "http",
             "connectTimeoutSeconds": 0.5,
             "readTimeoutSeconds": 1.0,
+            "memberNameMustMatchPod": True,
         },
         "service": {
             "type": "ClusterIP",

@@ -526,6 +526,16 @@ DOUBTS = [
         pods=_pods(pg_orders_1={"labels": {**SELECTOR, POD_NAME_LABEL: P2}}),
     ),
     Doubt(
+        "the leader's pod IP answers as another Patroni member",
+        {
+            P0: replica(P0),
+            P1: MemberStatus.from_api_response(P1, 200, patroni_body("primary", name="pg-other-7")),
+            P2: replica(P2),
+        },
+        Decision.MEMBER_NAME_MISMATCH,
+        "Pod pg-orders-1's IP answers as Patroni member 'pg-other-7'",
+    ),
+    Doubt(
         "no pods at all",
         {},
         Decision.NO_MEMBERS,
@@ -1475,3 +1485,23 @@ def test_property_every_reply_obeys_the_routing_rules(case: dict[str, Any]) -> N
     ]
     _, again = run(fed_back(body, outcome), case["answers"], now=LATER)
     assert again.body == outcome.body
+
+
+def test_members_named_unlike_their_pods_route_when_the_spec_turns_the_name_check_off() -> None:
+    answers = {
+        P0: replica(P0),
+        P1: MemberStatus.from_api_response(P1, 200, patroni_body("primary", name="db-b")),
+        P2: replica(P2),
+    }
+    spec = seed_spec(patroni={"memberNameMustMatchPod": False})
+    _, outcome = run(sync_body(spec=spec, services=[make_service(pod=P0)]), answers)
+    assert outcome.decision is Decision.ROUTED
+    assert services_of(outcome)[SERVICE_NAME]["spec"]["selector"] == service_selector(P1)
+
+
+def test_a_member_answer_without_a_patroni_name_is_not_refused_by_the_name_check() -> None:
+    body = patroni_body("primary", name=P1)
+    del body["patroni"]["name"]
+    answers = {P0: replica(P0), P1: MemberStatus.from_api_response(P1, 200, body), P2: replica(P2)}
+    _, outcome = run(sync_body(services=[make_service(pod=P0)]), answers)
+    assert outcome.decision is Decision.ROUTED
