@@ -793,6 +793,12 @@ class PatroniCluster:
                     cwd=str(m.dir),
                     start_new_session=True,
                 )
+        previous = m._popen
+        if previous is not None:
+            # Reap the earlier Patroni (stopped or killed without a wait), so its Popen is not
+            # garbage-collected with a "still running" ResourceWarning.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                previous.wait(timeout=5)
         m._popen = popen
         m._patroni = Proc.of(popen.pid)
 

@@ -223,7 +223,7 @@ def _three_way_merge(observed: dict[str, Any], desired: dict[str, Any]) -> dict[
         last = json.loads(annotations.get(LAST_APPLIED, "{}"))
     except ValueError:
         last = {}
-    merged = _merge(copy.deepcopy(observed), last, desired)
+    merged: dict[str, Any] = _merge(copy.deepcopy(observed), last, desired)
     merged["metadata"]["annotations"] = {
         **merged["metadata"].get("annotations", {}),
         LAST_APPLIED: json.dumps(desired, separators=(",", ":"), sort_keys=True),

@@ -13,6 +13,9 @@ from hooks.app import create_app
 from hooks.config import HookSettings
 from tests.helpers import FakeProber
 
+# The real 3-member Patroni cluster (session scope): see tests/patroni_fixtures.py.
+pytest_plugins = ["tests.patroni_fixtures"]
+
 NOW = datetime(2026, 8, 20, 10, 0, 0, tzinfo=UTC)
 
 

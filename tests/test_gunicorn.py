@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.gunicorn_server import GunicornHook, free_port, gunicorn_hook
+from standin.gunicorn import GunicornHook, free_port, gunicorn_hook
 from tests.helpers import fixture
 
 pytestmark = pytest.mark.gunicorn

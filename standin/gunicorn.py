@@ -1,6 +1,6 @@
 """Run the hook under real gunicorn in a subprocess (Werkzeug's DevServerClient pattern).
 
-Used by the gunicorn tests, the failover tests and the benchmarks: an ephemeral port,
+Used by the gunicorn tests, the failover tests, the demo and the benchmarks: an ephemeral port,
 the project's own gunicorn config module, a ready-poll with a deadline, and a
 terminate-then-kill teardown that never leaves a process behind.
 """

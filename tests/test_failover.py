@@ -1,0 +1,148 @@
+"""Failover on real Patroni, through the real hook under real gunicorn.
+
+Test design: the session's 3-member Patroni cluster (PostgreSQL + etcd from wheels, on
+127.0.0.2-4), the hook under gunicorn with the production config module, and the
+Metacontroller stand-in applying every reply as Metacontroller would. Each test breaks
+the cluster one way and asserts on what clients would get: which Pod the Service
+selects, over every sync of the run, not only at the end. Invariants checked after every
+test (``assert_invariants``): the Service is never dropped once created and never
+selects two Pods; no reply is an error.
+
+Bounds are generous multiples of what the benchmark measures (bench/routing_lag.py);
+they catch a broken mechanism (a missed sync, a lost resync), not a slow machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devcluster import PatroniCluster
+from standin.gunicorn import GunicornHook, gunicorn_hook
+from standin.harness import SERVICE, Rig, start_rig
+
+pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornHook]:
+    with gunicorn_hook(tmp_path_factory.mktemp("hook"), workers=2, threads=8) as running:
+        yield running
+
+
+@pytest.fixture
+def rig(healthy_patroni_cluster: PatroniCluster, hook: GunicornHook) -> Iterator[Rig]:
+    running = start_rig(healthy_patroni_cluster, hook.url)
+    try:
+        leader = healthy_patroni_cluster.leader()
+        assert leader is not None
+        running.wait_selected(leader, timeout=10)
+        yield running
+    finally:
+        running.standin.stop()
+    assert_invariants(running)
+
+
+def assert_invariants(rig: Rig) -> None:
+    created = False
+    for record in rig.records:
+        assert record.error is None, f"hook call failed: {record.error}"
+        assert len(record.selected) <= 1, f"Service selected two pods: {record}"
+        if record.service_present:
+            created = True
+        assert record.service_present or not created, "the Service was dropped"
+
+
+def test_graceful_stop_of_the_leader_moves_the_service(rig: Rig) -> None:
+    cluster = rig.cluster
+    old = cluster.leader()
+    assert old is not None
+    with cluster.watch_leader(exclude={old}) as watch:
+        cluster.stop_member_gracefully(old, wait=False)
+        rig.pod_changed(old, ready=False)
+        election = watch.result(timeout=30)
+    moved = rig.wait_selected(election.name, timeout=10)
+    assert moved.finished - election.first_primary < 2.5
+    assert rig.selected() == [election.name]
+    assert rig.status()["primary"] == election.name
+
+
+def test_sigkill_of_the_leader_moves_the_service_after_the_ttl(rig: Rig) -> None:
+    cluster = rig.cluster
+    old = cluster.leader()
+    assert old is not None
+    with cluster.watch_leader(exclude={old}) as watch:
+        killed_at = cluster.kill_member(old)
+        rig.pod_changed(old, ready=False)
+        election = watch.result(timeout=60)
+    moved = rig.wait_selected(election.name, timeout=10)
+    # Until Patroni promoted someone, every sync kept the Service on the dead leader and
+    # asked for a fast resync.
+    waiting = [r for r in rig.records if killed_at < r.started and r.finished < election.first_200]
+    assert waiting, "no sync ran while there was no leader"
+    for record in waiting:
+        assert record.selected == (old,), record
+        assert record.reason in ("NoLeader", "LeaderNotReady", "TooFewAnswers"), record
+        assert record.resync_after is not None and record.resync_after <= 0.5, record
+    assert moved.finished - election.first_primary < 2.5
+
+
+def test_the_old_leader_rejoining_as_a_replica_does_not_move_the_service(rig: Rig) -> None:
+    cluster = rig.cluster
+    old = cluster.leader()
+    assert old is not None
+    cluster.kill_member(old)
+    rig.pod_changed(old, ready=False)
+    new = cluster.wait_for_leader(exclude={old}, timeout=60).name
+    rig.wait_selected(new, timeout=10)
+    cluster.start_member(old)  # waits until it streams as a replica
+    rig.pod_changed(old, ready=True)
+    count = len(rig.records)
+    rig.wait_record(
+        lambda r: r.reason == "LeaderFound", timeout=10, what="a healthy sync", after=count
+    )
+    rig.wait_record(lambda r: True, timeout=5, what="one more sync", after=len(rig.records))
+    after = rig.records[count:]
+    assert after and all(r.selected == (new,) for r in after)
+    assert rig.selected() == [new]
+
+
+def test_a_planned_switchover_is_followed_without_any_pod_change(rig: Rig) -> None:
+    cluster = rig.cluster
+    result = cluster.switchover()
+    moved = rig.wait_selected(result.new_leader, timeout=10)
+    lag = moved.finished - result.election.first_primary
+    assert lag < 2.5, f"Service followed the switchover {lag:.2f} s after the promotion"
+    assert rig.model.version == 1, "no Pod changed: only resyncAfterSeconds brought the sync"
+
+
+def test_the_hook_logs_the_primary_change_with_old_and_new_leader(
+    rig: Rig, hook: GunicornHook
+) -> None:
+    cluster = rig.cluster
+    result = cluster.switchover()
+    rig.wait_selected(result.new_leader, timeout=10)
+    import json
+
+    lines = [json.loads(line) for line in Path(hook.log_path).read_text().splitlines() if line]
+    changes = [r for r in lines if r.get("message", "").startswith("primary changed")]
+    assert any(
+        r["old_leader"] == result.old_leader
+        and r["new_leader"] == result.new_leader
+        and r["cluster"] == "databases/pg-orders"
+        and r["level"] == "INFO"
+        for r in changes
+    ), changes[-3:]
+
+
+def test_the_service_object_is_created_once_and_keeps_its_cluster_ip(rig: Rig) -> None:
+    service = rig.service()
+    assert service is not None
+    cluster_ip = service["spec"]["clusterIP"]
+    result = rig.cluster.switchover()
+    rig.wait_selected(result.new_leader, timeout=10)
+    after = rig.service()
+    assert after is not None and after["spec"]["clusterIP"] == cluster_ip
+    assert SERVICE not in rig.standin.world.deleted_services
