@@ -31,6 +31,11 @@ from marshmallow import (
 
 SERVICE_KEY = "Service.v1"
 POD_KEY = "Pod.v1"
+#: Children and related objects of the read-only endpoints and the scheduled backups
+#: (Metacontroller's keys: ``<Kind>.<group>/<version>`` outside the core group).
+ENDPOINTSLICE_KEY = "EndpointSlice.discovery.k8s.io/v1"
+CRONJOB_KEY = "CronJob.batch/v1"
+JOB_KEY = "Job.batch/v1"
 
 #: Patroni REST paths that answer 200 only on the leader, with the roles that the
 #: leader reports there. Any other path would route to something that is not the
@@ -78,6 +83,38 @@ class ServicePort:
     protocol: str = "TCP"
 
 
+#: What the read-only endpoints list when no replica qualifies (see hooks/replicas.py).
+WHEN_NO_REPLICA = ("KeepEndpoints", "UseLeader", "Empty")
+DEFAULT_MAX_LAG_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaServiceSpec:
+    """``spec.replicaService``: a selector-less Service whose EndpointSlice the hook writes."""
+
+    name: str
+    max_lag_bytes: int = DEFAULT_MAX_LAG_BYTES
+    when_no_replica: str = "KeepEndpoints"
+    service_type: str = "ClusterIP"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BackupSpec:
+    """``spec.backup``: a CronJob that takes verified base backups from the primary."""
+
+    schedule: str
+    image: str
+    pvc_name: str
+    secret_name: str
+    keep: int = 3
+    run_as_user: int = 999
+    active_deadline_seconds: int = 6 * 3600
+    #: ``{"requests": {...}, "limits": {...}}``, quantities as the user wrote them.
+    resources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterSpec:
     """A validated ``PostgreSQLCluster.spec`` with every default filled in."""
@@ -95,6 +132,10 @@ class ClusterSpec:
     service_ports: tuple[ServicePort, ...] = (ServicePort("postgresql", 5432, 5432),)
     service_labels: Mapping[str, str] = field(default_factory=dict)
     service_annotations: Mapping[str, str] = field(default_factory=dict)
+    #: ``spec.replicaService``: the read-only Service, if asked for.
+    replica_service: ReplicaServiceSpec | None = None
+    #: ``spec.backup``: the scheduled base backups, if asked for.
+    backup: BackupSpec | None = None
 
     @property
     def leader_roles(self) -> frozenset[str]:
@@ -127,6 +168,10 @@ class SyncRequest:
     #: Related Patroni Pods, by name.
     pods: Mapping[str, Mapping[str, Any]]
     finalizing: bool
+    #: The parent's ``metadata.uid`` (labels the backup Jobs).
+    uid: str | None = None
+    #: Related backup Jobs, by name; ``None`` when the request has no such group.
+    jobs: Mapping[str, Mapping[str, Any]] | None = None
 
     @property
     def cluster(self) -> str:
@@ -251,6 +296,133 @@ class _ServiceRefSchema(Schema):
     )
 
 
+_CRON_FIELD = r"[0-9A-Za-z*?/,-]+"
+#: Five cron fields or one of the macros CronJob accepts (no ``TZ=``: use the cluster's zone).
+_CRON_MACRO = "@(annually|yearly|monthly|weekly|daily|midnight|hourly)"
+_CRON_SCHEDULE = re.compile(rf"^({_CRON_MACRO}|{_CRON_FIELD}( +{_CRON_FIELD}){{4}})$")
+#: A Kubernetes resource quantity without a sign (``500m``, ``1.5``, ``256Mi``, ``1e3``).
+_DECIMAL = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+QUANTITY = re.compile(rf"^{_DECIMAL}(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?{_DECIMAL}))?$")
+
+
+class _ReplicaServiceSchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    name = fields.String(
+        required=True,
+        validate=[
+            validate.Length(min=1, max=63),
+            validate.Regexp(_DNS_1035, error="must be a DNS-1035 label (lower case, a-z0-9-)"),
+        ],
+    )
+    maxLagBytes = fields.Integer(
+        load_default=DEFAULT_MAX_LAG_BYTES,
+        strict=True,
+        validate=validate.Range(min=0, max=2**63 - 1),
+    )
+    whenNoReplica = fields.String(
+        load_default="KeepEndpoints", validate=validate.OneOf(WHEN_NO_REPLICA)
+    )
+    type = fields.String(
+        load_default="ClusterIP", validate=validate.OneOf(["ClusterIP", "NodePort", "LoadBalancer"])
+    )
+    labels = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
+    annotations = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
+
+    @validates_schema
+    def _metadata(self, data: Mapping[str, Any], **_: Any) -> None:
+        _check_labels(data.get("labels", {}), what="label", values_are_labels=True)
+        _check_labels(data.get("annotations", {}), what="annotation", values_are_labels=False)
+
+    @post_load
+    def _make(self, data: Mapping[str, Any], **_: Any) -> ReplicaServiceSpec:
+        return ReplicaServiceSpec(
+            name=data["name"],
+            max_lag_bytes=data["maxLagBytes"],
+            when_no_replica=data["whenNoReplica"],
+            service_type=data["type"],
+            labels=dict(data["labels"]),
+            annotations=dict(data["annotations"]),
+        )
+
+
+class _ResourcesSchema(Schema):
+    """``requests``/``limits``: ``{resource name: quantity}``, a JSON integer or a string."""
+
+    class Meta:
+        unknown = EXCLUDE
+
+    requests = fields.Dict(keys=fields.String(), values=fields.Raw(), load_default=dict)
+    limits = fields.Dict(keys=fields.String(), values=fields.Raw(), load_default=dict)
+
+    @validates_schema
+    def _quantities(self, data: Mapping[str, Any], **_: Any) -> None:
+        for group in ("requests", "limits"):
+            for key, item in data.get(group, {}).items():
+                if not _label_key(key):
+                    raise ValidationError(f"{key!r} is not a resource name", group)
+                if not _quantity_text(item):
+                    raise ValidationError(f"{item!r} (for {key!r}) is not a quantity", group)
+
+    @post_load
+    def _make(self, data: Mapping[str, Any], **_: Any) -> dict[str, dict[str, str]]:
+        return {g: {k: _quantity_text(v) for k, v in data[g].items()} for g in data}
+
+
+def _quantity_text(value: object) -> str:
+    """A quantity as the string Kubernetes reads, ``""`` if it is none."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        value = str(value)
+    return value if isinstance(value, str) and QUANTITY.match(value) else ""
+
+
+class _BackupSchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    schedule = fields.String(
+        required=True,
+        validate=validate.Regexp(
+            _CRON_SCHEDULE, error="must be a cron schedule (5 fields) or @hourly, @daily, ..."
+        ),
+    )
+    image = fields.String(
+        required=True,
+        validate=[validate.Length(min=1, max=1024), validate.Regexp(r"^\S+$")],
+    )
+    pvcName = fields.String(
+        required=True,
+        validate=[validate.Length(min=1, max=253), validate.Regexp(_DNS_1123_SUBDOMAIN)],
+    )
+    secretName = fields.String(
+        required=True,
+        validate=[validate.Length(min=1, max=253), validate.Regexp(_DNS_1123_SUBDOMAIN)],
+    )
+    keep = fields.Integer(load_default=3, strict=True, validate=validate.Range(min=1, max=100))
+    runAsUser = fields.Integer(
+        load_default=999, strict=True, validate=validate.Range(min=1, max=2**31 - 1)
+    )
+    activeDeadlineSeconds = fields.Integer(
+        load_default=6 * 3600, strict=True, validate=validate.Range(min=60, max=7 * 24 * 3600)
+    )
+    resources = fields.Nested(_ResourcesSchema, load_default=lambda: {"requests": {}, "limits": {}})
+
+    @post_load
+    def _make(self, data: Mapping[str, Any], **_: Any) -> BackupSpec:
+        resources = {k: dict(v) for k, v in data["resources"].items() if v}
+        return BackupSpec(
+            schedule=data["schedule"],
+            image=data["image"],
+            pvc_name=data["pvcName"],
+            secret_name=data["secretName"],
+            keep=data["keep"],
+            run_as_user=data["runAsUser"],
+            active_deadline_seconds=data["activeDeadlineSeconds"],
+            resources=resources,
+        )
+
+
 class ClusterSpecSchema(Schema):
     """``PostgreSQLCluster.spec`` (the CRD in ``metacontroller/crd.yaml`` is the contract)."""
 
@@ -277,6 +449,8 @@ class ClusterSpecSchema(Schema):
     service = fields.Nested(
         _ServiceTemplateSchema, load_default=lambda: _ServiceTemplateSchema().load({})
     )
+    replicaService = fields.Nested(_ReplicaServiceSchema, load_default=None)
+    backup = fields.Nested(_BackupSchema, load_default=None)
 
     @validates_schema
     def _selector_and_name(self, data: Mapping[str, Any], **_: Any) -> None:
@@ -297,6 +471,26 @@ class ClusterSpecSchema(Schema):
                     "serviceRef",
                 )
 
+    @validates_schema
+    def _replica_service_name(self, data: Mapping[str, Any], **_: Any) -> None:
+        replica = data.get("replicaService")
+        if not isinstance(replica, ReplicaServiceSpec):
+            return
+        if replica.name == data.get("serviceRef", {}).get("name"):
+            raise ValidationError(
+                "must not be the name of the primary Service (spec.serviceRef.name)",
+                "replicaService",
+            )
+        scope = data.get("primarySelector", {}).get("cluster-name")
+        if scope and replica.name in {
+            scope,
+            *(f"{scope}-{s}" for s in ("config", "leader", "sync", "failover")),
+        }:
+            raise ValidationError(
+                f"{replica.name!r} is one of Patroni's own object names for scope {scope!r}",
+                "replicaService",
+            )
+
     @post_load
     def _make(self, data: Mapping[str, Any], **_: Any) -> ClusterSpec:
         patroni = data["patroni"]
@@ -314,6 +508,8 @@ class ClusterSpecSchema(Schema):
             service_ports=tuple(service["ports"]),
             service_labels=dict(service["labels"]),
             service_annotations=dict(service["annotations"]),
+            replica_service=data["replicaService"],
+            backup=data["backup"],
         )
 
 
@@ -355,6 +551,7 @@ class _MetadataSchema(Schema):
     name = fields.String(required=True, validate=validate.Length(min=1, max=253))
     namespace = fields.String(required=True, validate=validate.Length(min=1, max=63))
     generation = fields.Integer(load_default=None, allow_none=True, strict=True)
+    uid = fields.String(load_default=None, allow_none=True)
 
 
 class _ParentSchema(Schema):
@@ -423,7 +620,11 @@ def load_sync_request(body: object) -> SyncRequest:
         raise RequestError(f"invalid sync request: children has no {SERVICE_KEY!r} entry")
     services = children[SERVICE_KEY]
     pods = envelope["related"].get(POD_KEY, {})
-    for group, objects in ((SERVICE_KEY, services), (POD_KEY, pods)):
+    jobs = envelope["related"].get(JOB_KEY)
+    groups = [(SERVICE_KEY, services), (POD_KEY, pods)]
+    groups += [(k, children[k]) for k in (ENDPOINTSLICE_KEY, CRONJOB_KEY) if k in children]
+    groups += [(JOB_KEY, jobs)] if jobs is not None else []
+    for group, objects in groups:
         for key, obj in objects.items():
             metadata = obj.get("metadata")
             name = metadata.get("name") if isinstance(metadata, Mapping) else None
@@ -444,11 +645,19 @@ def load_sync_request(body: object) -> SyncRequest:
         other_children={k: v for k, v in children.items() if k != SERVICE_KEY},
         pods=pods,
         finalizing=envelope["finalizing"],
+        uid=metadata["uid"],
+        jobs=jobs,
     )
 
 
 def load_customize_request(body: object) -> tuple[str, ClusterSpec | None]:
     """Check a customize request; return the cluster's ``namespace/name`` and its spec."""
+    cluster, spec, _ = load_customize_parent(body)
+    return cluster, spec
+
+
+def load_customize_parent(body: object) -> tuple[str, ClusterSpec | None, str | None]:
+    """:func:`load_customize_request` plus the parent's ``metadata.uid`` (if it has one)."""
     if not isinstance(body, Mapping):
         raise RequestError(f"request body must be a JSON object, not {type(body).__name__}")
     try:
@@ -458,4 +667,4 @@ def load_customize_request(body: object) -> tuple[str, ClusterSpec | None]:
     parent = _load_parent(envelope["parent"])
     spec, _ = load_spec(parent["spec"])
     metadata = parent["metadata"]
-    return f"{metadata['namespace']}/{metadata['name']}", spec
+    return f"{metadata['namespace']}/{metadata['name']}", spec, metadata["uid"]

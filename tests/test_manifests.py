@@ -525,6 +525,15 @@ def test_the_crd_spec_and_the_hooks_marshmallow_schema_name_the_same_fields() ->
             spec["service"]["properties"]["ports"]["items"]["properties"],
             schemas._PortSchema(),
         ),
+        "spec.replicaService": (
+            spec["replicaService"]["properties"],
+            schemas._ReplicaServiceSchema(),
+        ),
+        "spec.backup": (spec["backup"]["properties"], schemas._BackupSchema()),
+        "spec.backup.resources": (
+            spec["backup"]["properties"]["resources"]["properties"],
+            schemas._ResourcesSchema(),
+        ),
     }
     for path, (crd_fields, marshmallow_schema) in readers.items():
         assert set(crd_fields) == set(marshmallow_schema.fields), path
@@ -542,6 +551,8 @@ def test_crd_fields_are_the_contract() -> None:
         "healthCheckPath",
         "patroni",
         "service",
+        "replicaService",
+        "backup",
     }
     assert set(spec["properties"]["patroni"]["properties"]) == {
         "port",
@@ -558,14 +569,44 @@ def test_crd_fields_are_the_contract() -> None:
         "targetPort",
         "protocol",
     }
+    replica_service = spec["properties"]["replicaService"]
+    assert replica_service["required"] == ["name"]
+    assert set(replica_service["properties"]) == {
+        "name",
+        "maxLagBytes",
+        "whenNoReplica",
+        "type",
+        "labels",
+        "annotations",
+    }
+    backup = spec["properties"]["backup"]
+    assert sorted(backup["required"]) == ["image", "pvcName", "schedule", "secretName"]
+    assert set(backup["properties"]) == {
+        "schedule",
+        "image",
+        "pvcName",
+        "secretName",
+        "keep",
+        "runAsUser",
+        "activeDeadlineSeconds",
+        "resources",
+    }
+    assert set(backup["properties"]["resources"]["properties"]) == {"requests", "limits"}
     assert set(status["properties"]) == {
         "observedGeneration",
         "primary",
         "service",
         "timeline",
         "members",
+        "replicaService",
+        "replicaEndpoints",
+        "backup",
         "conditions",
     }
+    backup_status = status["properties"]["backup"]["properties"]
+    assert set(backup_status) == {"cronJob", "lastSuccessful", "lastFailed"}
+    assert set(backup_status["lastSuccessful"]["properties"]) == {"job", "completionTime"}
+    assert set(backup_status["lastFailed"]["properties"]) == {"job", "failureTime", "reason"}
     assert set(status["properties"]["members"]["items"]["properties"]) == {
         "name",
         "role",
@@ -603,20 +644,34 @@ def test_crd_defaults_validate_against_their_own_schema() -> None:
 def test_crd_printer_columns_point_at_schema_fields() -> None:
     (version,) = crd()["spec"]["versions"]
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
-    assert list(columns) == ["Primary", "Ready", "Reason", "Service", "Age"]
+    assert list(columns) == [
+        "Primary",
+        "Ready",
+        "Reason",
+        "Replicas",
+        "Service",
+        "Last Backup",
+        "Age",
+    ]
     expected_paths = {
         "Primary": ".status.primary",
         "Ready": '.status.conditions[?(@.type=="Ready")].status',
         "Reason": '.status.conditions[?(@.type=="Ready")].reason',
+        "Replicas": ".status.replicaEndpoints",
         "Service": ".spec.serviceRef.name",
+        "Last Backup": ".status.backup.lastSuccessful.completionTime",
         "Age": ".metadata.creationTimestamp",
     }
     for name, column in columns.items():
         assert column["jsonPath"] == expected_paths[name]
         _, leaf_type = jsonpath_target(crd_schema(), column["jsonPath"])
+        if leaf_type == "array":
+            # A list of names: the API server prints the whole list in a string column.
+            leaf_type = "string"
         assert leaf_type == column["type"], f"column {name}: schema type {leaf_type}"
-    assert columns["Service"]["priority"] == 1
-    assert all("priority" not in c for n, c in columns.items() if n != "Service")
+    wide = {"Service", "Last Backup"}
+    assert all(columns[n]["priority"] == 1 for n in wide)
+    assert all("priority" not in c for n, c in columns.items() if n not in wide)
 
 
 def test_printer_column_check_negative_control() -> None:
@@ -655,8 +710,9 @@ def test_full_example_sets_every_optional_field() -> None:
     spec_schema = crd_schema()["properties"]["spec"]
     spec = load_one(EXAMPLE_FULL)["spec"]
     assert set(spec) == set(spec_schema["properties"])
-    for group in ("patroni", "service"):
+    for group in ("patroni", "service", "replicaService", "backup"):
         assert set(spec[group]) == set(spec_schema["properties"][group]["properties"]), group
+    assert set(spec["backup"]["resources"]) == {"requests", "limits"}
     port_fields = spec_schema["properties"]["service"]["properties"]["ports"]["items"]
     assert set().union(*spec["service"]["ports"]) == set(port_fields["properties"])
 
@@ -824,7 +880,13 @@ def test_compositecontroller_settings() -> None:
         "resource": definition["spec"]["names"]["plural"],
     }
     assert spec["childResources"] == [
-        {"apiVersion": "v1", "resource": "services", "updateStrategy": {"method": "InPlace"}}
+        {"apiVersion": "v1", "resource": "services", "updateStrategy": {"method": "InPlace"}},
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "resource": "endpointslices",
+            "updateStrategy": {"method": "InPlace"},
+        },
+        {"apiVersion": "batch/v1", "resource": "cronjobs", "updateStrategy": {"method": "InPlace"}},
     ]
     assert spec["generateSelector"] is True
     assert spec["resyncPeriodSeconds"] == 30

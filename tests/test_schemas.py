@@ -85,7 +85,13 @@ def test_every_recorded_sync_request_loads_with_a_valid_spec(name: str) -> None:
     assert request.finalizing is body["finalizing"]
     assert dict(request.services) == body["children"]["Service.v1"]
     assert sorted(request.pods) == ["pg-orders-0", "pg-orders-1", "pg-orders-2"]
-    assert request.other_children == {}
+    # The read-only and backup child types are declared, so their (empty) groups arrive.
+    assert request.other_children == {
+        "CronJob.batch/v1": {},
+        "EndpointSlice.discovery.k8s.io/v1": {},
+    }
+    assert request.uid == body["parent"]["metadata"]["uid"]
+    assert request.jobs is None
     assert request.parent == body["parent"]
 
 
