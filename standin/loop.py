@@ -133,7 +133,7 @@ class MetacontrollerStandIn:
             backoff = 0.005
             applied = record.applied
             assert applied is not None
-            if applied.status_changed or applied.created or applied.updated or applied.deleted:
+            if applied.status_changed or applied.changed_children:
                 next_delay = 0.0  # our own writes are watch events too
             else:
                 next_delay = record.resync_after or self.resync_period
@@ -152,6 +152,8 @@ class MetacontrollerStandIn:
         for rule in rules:
             if rule.get("resource") == "pods":
                 self.related_selector = dict(rule.get("labelSelector", {}).get("matchLabels", {}))
+            if rule.get("resource") == "jobs" and self.world.jobs is None:
+                self.world.jobs = {}  # related from now on (the stand-in runs no Jobs)
 
     def sync_once(self) -> SyncRecord:
         """One sync call, applied (or not) exactly as Metacontroller would."""
