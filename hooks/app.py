@@ -19,12 +19,13 @@ from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 
 from hooks import metrics
+from hooks.backup import related_rules as backup_rules
 from hooks.config import HookSettings
 from hooks.events import EventEmitter, event_for, in_cluster_events_api
 from hooks.logs import bound
 from hooks.logs import configure as configure_logging
 from hooks.patroni import PatroniProber, Prober
-from hooks.schemas import RequestError, load_customize_request, load_sync_request
+from hooks.schemas import RequestError, load_customize_parent, load_sync_request
 from hooks.sync import Decision, probe_targets, reconcile
 
 log = logging.getLogger("hooks.app")
@@ -119,7 +120,7 @@ def create_app(
     def customize() -> Response:
         body = _json_body()
         try:
-            cluster, spec = load_customize_request(body)
+            cluster, spec, uid = load_customize_parent(body)
         except RequestError as error:
             return _bad_request("customize", str(error))
         rules: list[dict[str, Any]] = []
@@ -132,6 +133,8 @@ def create_app(
                     "labelSelector": {"matchLabels": dict(spec.primary_selector)},
                 }
             )
+            # The backup Jobs, by a label holding the parent's UID (only with spec.backup).
+            rules.extend(backup_rules(spec, uid))
         else:
             with bound(cluster=cluster, request_id=g.request_id, hook="customize"):
                 log.warning("invalid spec: no related Pods until it is fixed")

@@ -13,6 +13,10 @@ production (see the design card):
 3. The status holds nothing that changes on every sync (no probe times, no WAL
    positions), and a condition's ``lastTransitionTime`` moves only when its status
    does, so Metacontroller's status write converges instead of hot-looping.
+
+The optional read-only Service (:mod:`hooks.replicas`) and scheduled backups
+(:mod:`hooks.backup`) follow the same rules; this module only gives them their share of
+the request and merges their children, status fields and conditions into the reply.
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from hooks import backup as backups
+from hooks import replicas
 from hooks.config import ResyncTiming
 from hooks.members import MemberStatus, ProbeTarget
-from hooks.schemas import ClusterSpec, SyncRequest
+from hooks.schemas import CRONJOB_KEY, ENDPOINTSLICE_KEY, ClusterSpec, SyncRequest
 
 #: The label the StatefulSet controller puts on each of its Pods: unique per namespace,
 #: so a selector that includes it can never select two Pods.
@@ -40,6 +46,12 @@ MANAGED_BY = "pg-failover-hook"
 CONDITION_READY = "Ready"
 CONDITION_ROUTED = "PrimaryRouted"
 CONDITION_SPEC = "SpecValid"
+#: Conditions of the optional parts, present only while the part is configured or has
+#: objects; kept as they are by a finalize or an invalid-spec reply.
+OPTIONAL_CONDITIONS = (replicas.CONDITION, backups.CONDITION)
+#: Child groups that hooks.replicas and hooks.backup reply for (every other group is
+#: passed through unchanged).
+_PLANNED_GROUPS = frozenset({ENDPOINTSLICE_KEY, CRONJOB_KEY})
 
 
 class Decision(enum.Enum):
@@ -178,7 +190,7 @@ def _finalize(request: SyncRequest, previous: str | None, now: datetime) -> Sync
         now,
         [
             (CONDITION_READY, "False", Decision.FINALIZING.value, message),
-            *_kept_conditions(request, (CONDITION_ROUTED, CONDITION_SPEC)),
+            *_kept_conditions(request, (CONDITION_ROUTED, CONDITION_SPEC, *OPTIONAL_CONDITIONS)),
         ],
     )
     body: dict[str, Any] = {
@@ -210,6 +222,7 @@ def _invalid_spec(
                 f"Routing is frozen until the spec is fixed; {keeping}",
             ),
             (CONDITION_SPEC, "False", Decision.INVALID_SPEC.value, problems),
+            *_kept_conditions(request, OPTIONAL_CONDITIONS),
         ],
     )
     children = [preserved(obj) for obj in _observed(request)]
@@ -229,12 +242,13 @@ def _route(
         probes.get(name) or MemberStatus.unknown(name, "no pod IP") for name in sorted(request.pods)
     ]
     decision, leader, why = choose_leader(request.pods, members, spec)
+    primaries = _primary_services(request)
     children: list[dict[str, Any]] = []
     if decision is Decision.ROUTED:
         assert leader is not None
-        if spec.service_name not in request.services:
+        if spec.service_name not in primaries:
             children.append(desired_service(spec, request.namespace, leader))
-        for name, observed in sorted(request.services.items()):
+        for name, observed in sorted(primaries.items()):
             if name == spec.service_name:
                 children.append(desired_service(spec, request.namespace, leader))
             else:
@@ -247,10 +261,39 @@ def _route(
             f"{_timeline_phrase(members, leader)}; Service {spec.service_name} selects it"
         )
     else:
-        children = [preserved(obj) for name, obj in sorted(request.services.items())]
+        children = [preserved(obj) for name, obj in sorted(primaries.items())]
         primary = previous
         message = f"{why}; {_keeping_phrase(request)}"
-    children.extend(preserved(obj) for group in _other_groups(request) for obj in group)
+    read_only = replicas.plan(
+        spec,
+        request.namespace,
+        {n: s for n, s in request.services.items() if n not in primaries},
+        request.other_children.get(ENDPOINTSLICE_KEY),
+        request.pods,
+        members,
+        {n: ip for n in request.pods if (ip := pod_ip(request.pods[n])) is not None},
+        leader if decision is Decision.ROUTED else None,
+        preserved,
+    )
+    previous_status = request.parent.get("status")
+    backup = backups.plan(
+        spec,
+        request.namespace,
+        request.name,
+        request.uid,
+        request.other_children.get(CRONJOB_KEY),
+        request.jobs,
+        previous_status.get("backup") if isinstance(previous_status, Mapping) else None,
+        preserved,
+    )
+    children.extend(read_only.children)
+    children.extend(backup.children)
+    children.extend(
+        preserved(obj)
+        for key, group in sorted(request.other_children.items())
+        if key not in _PLANNED_GROUPS
+        for _, obj in sorted(group.items())
+    )
 
     routed = decision is Decision.ROUTED
     status: dict[str, Any] = {}
@@ -263,6 +306,12 @@ def _route(
     if timeline is not None:
         status["timeline"] = timeline
     status["members"] = [_member_status(m) for m in members]
+    if read_only.service is not None:
+        status["replicaService"] = read_only.service
+    if read_only.endpoints is not None:
+        status["replicaEndpoints"] = list(read_only.endpoints)
+    if backup.status is not None:
+        status["backup"] = backup.status
     status["conditions"] = _conditions(
         request,
         now,
@@ -270,6 +319,7 @@ def _route(
             (CONDITION_READY, "True" if routed else "False", decision.value, message),
             (CONDITION_ROUTED, "True" if routed else "False", decision.value, message),
             (CONDITION_SPEC, "True", "SpecAccepted", "The spec is valid"),
+            *(c for c in (read_only.condition, backup.condition) if c is not None),
         ],
     )
     body = {
@@ -608,9 +658,10 @@ def _other_groups(request: SyncRequest) -> list[list[Mapping[str, Any]]]:
 def _observed_primary(request: SyncRequest) -> str | None:
     """The pod the primary Service selects now, if any."""
     name = request.spec.service_name if request.spec is not None else ""
-    candidates = [request.services[name]] if name in request.services else []
+    primaries = _primary_services(request)
+    candidates = [primaries[name]] if name in primaries else []
     if not candidates:
-        candidates = [obj for _, obj in sorted(request.services.items())]
+        candidates = [obj for _, obj in sorted(primaries.items())]
     for service in candidates:
         spec = service.get("spec")
         selector = spec.get("selector") if isinstance(spec, Mapping) else None
@@ -619,11 +670,26 @@ def _observed_primary(request: SyncRequest) -> str | None:
     return None
 
 
+def _primary_services(request: SyncRequest) -> dict[str, Mapping[str, Any]]:
+    """Observed Services that route to the primary: all but our read-only Services.
+
+    The one named like ``spec.serviceRef`` is always the primary's (even if it was a
+    read-only Service before a rename swapped the names).
+    """
+    primary = request.spec.service_name if request.spec is not None else None
+    return {
+        name: service
+        for name, service in request.services.items()
+        if name == primary or not replicas.is_read_only_service(service)
+    }
+
+
 def _keeping_phrase(request: SyncRequest) -> str:
-    if not request.services:
+    primaries = _primary_services(request)
+    if not primaries:
         return "no Service is created until a leader is confirmed"
     parts = []
-    for name, service in sorted(request.services.items()):
+    for name, service in sorted(primaries.items()):
         spec = service.get("spec")
         selector = spec.get("selector") if isinstance(spec, Mapping) else None
         target = selector.get(POD_NAME_LABEL) if isinstance(selector, Mapping) else None
