@@ -1107,6 +1107,41 @@ class PatroniCluster:
             raise ClusterError(f"switchover to {candidate} made {election.name} the leader")
         return SwitchoverResult(old, election.name, requested_at, election)
 
+    def set_maintenance_mode(self, enabled: bool, timeout: float = 15.0) -> None:
+        """Pause (or resume) Patroni's automation: ``PATCH /config {"pause": ...}``.
+
+        While paused Patroni neither fails over nor "repairs" members, e.g. it no longer
+        resumes a WAL replay paused with ``pg_wal_replay_pause()`` (Patroni 4 does that at
+        the next HA loop otherwise). Returns once every running member reports the mode.
+        """
+        running = [m for m in self.members if m.running]
+        if not running:
+            raise ClusterError("no running member to configure")
+        target = self.member(self.leader() or running[0].name)
+        resp = _http.request(
+            "PATCH", target.ip, target.api_port, "/config", {"pause": enabled}, timeout=5
+        )
+        if resp.status != 200:
+            raise ClusterError(f"PATCH {target.api_url}/config -> {resp.status} {resp.error}")
+        poll_until(
+            lambda: all(
+                bool(_http.get(m.ip, m.api_port, "/patroni").json().get("pause")) is enabled
+                for m in running
+            ),
+            timeout,
+            what=f"every member to report pause={enabled}",
+            details=self._statuses_text,
+        )
+
+    @contextlib.contextmanager
+    def maintenance_mode(self, timeout: float = 15.0) -> Iterator[None]:
+        """``with cluster.maintenance_mode():`` — paused automation, resumed on exit."""
+        self.set_maintenance_mode(True, timeout)
+        try:
+            yield
+        finally:
+            self.set_maintenance_mode(False, timeout)
+
     # ----------------------------------------------------------------- SQL
 
     def dsn(self, member_or_ip: str, dbname: str = "postgres") -> str:

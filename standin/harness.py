@@ -25,6 +25,7 @@ from standin.loop import MetacontrollerStandIn, SyncRecord, make_pod
 NAMESPACE = "databases"
 CLUSTER = "pg-orders"
 SERVICE = "pg-orders-primary"
+READ_ONLY_SERVICE = "pg-orders-replicas"
 PRIMARY_SELECTOR = {"application": "patroni", "cluster-name": CLUSTER}
 PARENT_UID = "6f1d8c3e-2b7a-4e59-9c0d-3a5b7e91f2c4"
 
@@ -101,6 +102,11 @@ class Rig:
         with self.standin.lock:
             return self.standin.world.services.get(SERVICE)
 
+    def read_only(self) -> list[str]:
+        """The Pods the read-only Service routes to now (what kube-proxy would use)."""
+        with self.standin.lock:
+            return self.standin.world.endpoint_pods(READ_ONLY_SERVICE)
+
     def pod_changed(self, name: str, *, ready: bool) -> None:
         """What the kubelet and the informer would report after a member stops or starts."""
         self.standin.update_pods(self.model.set_ready(name, ready))
@@ -140,16 +146,22 @@ def start_rig(
     *,
     resync_period: float = 30.0,
     on_record: Callable[[SyncRecord], None] | None = None,
+    spec: dict[str, Any] | None = None,
 ) -> Rig:
-    """Start the stand-in for ``cluster`` against the hook at ``hook_url``."""
+    """Start the stand-in for ``cluster`` against the hook at ``hook_url``.
+
+    ``spec`` replaces the seed spec (e.g. to add ``replicaService``); records then also
+    carry the Pods that the read-only Service ``READ_ONLY_SERVICE`` routes to.
+    """
     model = PodModel(cluster)
-    world = World(parent=cluster_parent(), pods=model.pods())
+    world = World(parent=cluster_parent(spec), pods=model.pods())
     standin = MetacontrollerStandIn(
         hook_url,
         world,
         service_name=SERVICE,
         resync_period=resync_period,
         on_record=on_record,
+        read_only_service=READ_ONLY_SERVICE,
     )
     standin.start()
     return Rig(cluster, standin, model)

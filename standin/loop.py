@@ -39,6 +39,8 @@ class SyncRecord:
     resync_after: float | None
     service_present: bool
     applied: Applied | None = None
+    #: Pods the read-only Service routes to after this call (its EndpointSlices).
+    read_only: tuple[str, ...] = ()
 
 
 @dataclass
@@ -62,6 +64,7 @@ class MetacontrollerStandIn:
         timeout: float = 5.0,
         max_backoff: float = 2.0,
         on_record: Callable[[SyncRecord], None] | None = None,
+        read_only_service: str | None = None,
     ) -> None:
         self.hook_url = hook_url.rstrip("/")
         self.world = world
@@ -70,6 +73,7 @@ class MetacontrollerStandIn:
         self.timeout = timeout
         self.max_backoff = max_backoff
         self.on_record = on_record
+        self.read_only_service = read_only_service
         self.stats = StandInStats()
         self.lock = threading.RLock()
         self._wake = threading.Event()
@@ -186,6 +190,11 @@ class MetacontrollerStandIn:
         with self.lock:
             selected = tuple(self.world.selected_pods(self.service_name))
             present = self.service_name in self.world.services
+            read_only = (
+                tuple(self.world.endpoint_pods(self.read_only_service))
+                if self.read_only_service is not None
+                else ()
+            )
         record = SyncRecord(
             started=started,
             finished=finished,
@@ -196,6 +205,7 @@ class MetacontrollerStandIn:
             resync_after=applied.resync_after if applied else None,
             service_present=present,
             applied=applied,
+            read_only=read_only,
         )
         self.stats.records.append(record)
         if self.on_record is not None:
