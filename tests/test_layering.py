@@ -9,7 +9,8 @@ Test design notes
      is weakened (a core module or a forbidden package dropped from it, or indirect
      imports allowed).
   2. An AST scan of the source files follows every ``hooks.*`` import of
-     ``hooks/sync.py``, ``hooks/members.py`` and ``hooks/schemas.py`` transitively
+     ``hooks/sync.py``, ``hooks/members.py``, ``hooks/schemas.py``, ``hooks/replicas.py``
+     and ``hooks/backup.py`` transitively
      (``hooks/__init__.py`` included, since importing any submodule runs it), and
      collects every top-level package named in ``import``/``from ... import``
      statements, wherever they are (inside functions and ``TYPE_CHECKING`` blocks too).
