@@ -11,7 +11,8 @@ time>`` directory on the PVC. Then ``pg_verifybackup`` checks every file and the
 against the manifest, and only then is the directory renamed to ``base-<UTC time>``: a
 ``base-*`` directory is always a verified backup. Last, all but the newest ``keep``
 ``base-*`` directories are removed. A failed run removes its partial directory (and a run
-killed too hard for that, by the next run), so a failure never costs a verified backup.
+killed too hard for that, by a later run once it is older than the Job deadline), so a
+failure never costs a verified backup.
 
 **Status** comes from the Jobs the CronJob creates, related through the customize hook by
 a label that holds the parent's UID (unique to this cluster, never an empty selector): the
@@ -64,31 +65,38 @@ class BackupPlan:
 # --------------------------------------------------------------------- the script
 
 
-def backup_script(keep: int) -> str:
-    """The shell script the backup Job runs (POSIX ``sh``).
+def backup_script(keep: int, active_deadline_seconds: int = 6 * 3600) -> str:
+    """The shell script the backup Job runs (POSIX ``sh``, plus ``find -maxdepth -mmin``).
 
     It reads ``PGHOST``, ``PGPORT``, ``PGUSER`` (and ``PGPASSWORD``, through libpq) and
     ``BACKUP_DIR`` from the environment; the CronJob sets them, and a test runs the same
     text against the local Patroni cluster with other values.
+
+    A partial directory is removed only once it is older than the Job's deadline: a run
+    still going started less than that ago (``concurrencyPolicy: Forbid`` covers scheduled
+    runs only, not one started by hand with ``kubectl create job --from``).
     """
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-        raise ValueError(f"keep must be a positive integer, not {keep!r}")
+    for name, value in (("keep", keep), ("active_deadline_seconds", active_deadline_seconds)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    stale_minutes = -(-active_deadline_seconds // 60) + 1
     stamp = "[0-9]" * 8 + "T" + "[0-9]" * 6 + "Z"
     return f"""\
 # pg-failover-hook base backup: pg_basebackup from the primary, verified, then pruned.
 set -eu
 umask 077
 keep={keep}
+stale_minutes={stale_minutes}
 : "${{PGHOST:?}}" "${{PGPORT:?}}" "${{PGUSER:?}}" "${{BACKUP_DIR:?}}"
 pg_basebackup --version
 mkdir -p -- "$BACKUP_DIR"
 cd -- "$BACKUP_DIR"
-# A run killed too hard to clean up (SIGKILL, node loss) leaves its partial directory.
-for stale in .partial-base-*; do
-  if [ -e "$stale" ]; then
-    echo "removing $stale, left by an interrupted run"
-    rm -rf -- "$stale"
-  fi
+# A run killed too hard to clean up (SIGKILL, node loss) leaves its partial directory. One
+# older than the Job deadline cannot belong to a run that is still going.
+stale=$(find . -maxdepth 1 -type d -name '.partial-base-*' -mmin +"$stale_minutes")
+for dir in $stale; do
+  echo "removing $dir, left by an interrupted run"
+  rm -rf -- "$dir"
 done
 name="base-$(date -u +%Y%m%dT%H%M%SZ)"
 work=".partial-$name"
@@ -170,7 +178,11 @@ def desired_cronjob(
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": backup.image,
-        "command": ["/bin/sh", "-c", backup_script(backup.keep)],
+        "command": [
+            "/bin/sh",
+            "-c",
+            backup_script(backup.keep, backup.active_deadline_seconds),
+        ],
         "env": [
             {"name": "PGHOST", "value": spec.service_name},
             {"name": "PGPORT", "value": str(postgres_port(spec))},

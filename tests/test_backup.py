@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +134,7 @@ def test_the_cronjob_runs_the_backup_script_against_the_primary_service() -> Non
     ]
     (container,) = pod["containers"]
     assert container["image"] == "postgres:18.1"
-    assert container["command"] == ["/bin/sh", "-c", backup.backup_script(3)]
+    assert container["command"] == ["/bin/sh", "-c", backup.backup_script(3, 21600)]
     assert container["volumeMounts"] == [{"name": "backups", "mountPath": "/backups"}]
     assert container["env"] == [
         {"name": "PGHOST", "value": "pg-orders-primary"},
@@ -173,7 +174,8 @@ def test_keep_deadline_and_resources_come_from_the_spec() -> None:
     )
     cronjob = cronjob_of(request_body(spec=seed_spec(backup=fields)))
     (container,) = pod_spec(cronjob)["containers"]
-    assert container["command"][2] == backup.backup_script(7)
+    assert container["command"][2] == backup.backup_script(7, 3600)
+    assert "stale_minutes=61\n" in container["command"][2]
     assert cronjob["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 3600
     assert container["resources"] == {
         "requests": {"cpu": "250m", "memory": "268435456"},
@@ -443,7 +445,11 @@ def sandbox(tmp_path: Path) -> dict[str, Any]:
 
 
 def run_script(
-    sandbox: dict[str, Any], keep: int = 3, stamp: str = "20260820T021500Z", **env: str
+    sandbox: dict[str, Any],
+    keep: int = 3,
+    stamp: str = "20260820T021500Z",
+    deadline: int = 21600,
+    **env: str,
 ) -> subprocess.CompletedProcess[str]:
     environment = {
         "PATH": f"{sandbox['bin']}:/usr/bin:/bin",
@@ -458,7 +464,7 @@ def run_script(
     }
     environment = {k: v for k, v in environment.items() if v != "<unset>"}
     return subprocess.run(
-        ["/bin/sh", "-c", backup.backup_script(keep)],
+        ["/bin/sh", "-c", backup.backup_script(keep, deadline)],
         env=environment,
         capture_output=True,
         text=True,
@@ -544,11 +550,28 @@ def test_a_failed_backup_leaves_nothing_and_prunes_nothing(
 
 def test_the_partial_directory_of_a_killed_run_is_removed(sandbox: dict[str, Any]) -> None:
     root = sandbox["root"]
-    (root / ".partial-base-20260819T021500Z" / "base").mkdir(parents=True)
-    done = run_script(sandbox)
+    stale = root / ".partial-base-20260819T021500Z"
+    (stale / "base").mkdir(parents=True)
+    past = time.time() - 3600 - 120  # older than the Job deadline (+1 min)
+    os.utime(stale, (past, past))
+    done = run_script(sandbox, deadline=3600)
     assert done.returncode == 0, done.stderr
     assert entries(root) == ["base-20260820T021500Z"]
-    assert "removing .partial-base-20260819T021500Z" in done.stdout
+    assert "removing ./.partial-base-20260819T021500Z" in done.stdout
+
+
+def test_the_partial_directory_of_a_run_still_going_is_left_alone(
+    sandbox: dict[str, Any],
+) -> None:
+    # Started by hand (kubectl create job --from=cronjob/...) while the scheduled run goes.
+    root = sandbox["root"]
+    running = root / ".partial-base-20260820T021400Z"
+    (running / "base").mkdir(parents=True)
+    past = time.time() - 3600 + 300  # younger than the deadline
+    os.utime(running, (past, past))
+    done = run_script(sandbox, deadline=3600)
+    assert done.returncode == 0, done.stderr
+    assert entries(root) == [".partial-base-20260820T021400Z", "base-20260820T021500Z"]
 
 
 def test_an_existing_backup_of_the_same_second_is_never_overwritten(
@@ -571,6 +594,8 @@ def test_a_missing_setting_fails_before_anything_is_written(
 
 
 @pytest.mark.parametrize("keep", [0, -1, True, 2.0])
-def test_keep_must_be_a_positive_integer(keep: Any) -> None:
+def test_keep_and_the_deadline_must_be_positive_integers(keep: Any) -> None:
     with pytest.raises(ValueError, match="keep must be a positive integer"):
         backup.backup_script(keep)
+    with pytest.raises(ValueError, match="active_deadline_seconds must be a positive integer"):
+        backup.backup_script(3, keep)
