@@ -673,14 +673,17 @@ def _observed_primary(request: SyncRequest) -> str | None:
 def _primary_services(request: SyncRequest) -> dict[str, Mapping[str, Any]]:
     """Observed Services that route to the primary: all but our read-only Services.
 
-    The one named like ``spec.serviceRef`` is always the primary's (even if it was a
-    read-only Service before a rename swapped the names).
+    The names in the spec decide first: the one named like ``spec.serviceRef`` is the
+    primary's and the one named like ``spec.replicaService`` is not, whatever they were
+    before a change of the spec swapped the names; the others go by their label.
     """
-    primary = request.spec.service_name if request.spec is not None else None
+    spec = request.spec
+    primary = spec.service_name if spec is not None else None
+    read_only = spec.replica_service.name if spec and spec.replica_service else None
     return {
         name: service
         for name, service in request.services.items()
-        if name == primary or not replicas.is_read_only_service(service)
+        if name == primary or (name != read_only and not replicas.is_read_only_service(service))
     }
 
 

@@ -574,6 +574,25 @@ def test_a_slice_of_ours_labelled_for_the_primary_service_is_emptied_not_dropped
     assert emptied["metadata"]["labels"]["kubernetes.io/service-name"] == SERVICE_NAME
 
 
+def test_swapping_the_two_service_names_keeps_one_object_per_name() -> None:
+    primary = make_service("orders-rw", pod=P0)
+    old_read_only = read_only_service("orders-ro")
+    old_slice = listed_slice([P1, P2], service="orders-ro")
+    spec = rs_spec(name="orders-rw")
+    spec["serviceRef"] = {"name": "orders-ro"}
+    body = request_body(spec=spec, services=[primary, old_read_only], slices=[old_slice])
+    _, outcome = run(body, routed())
+
+    services = children_of(outcome, "Service")  # raises if a name is listed twice
+    assert services["orders-ro"]["spec"]["selector"]["statefulset.kubernetes.io/pod-name"] == P0
+    assert "pg-failover-hook.adg.io/service" not in services["orders-ro"]["metadata"]["labels"]
+    assert "selector" not in services["orders-rw"]["spec"]
+    slices = children_of(outcome, "EndpointSlice")
+    # The old slice now belongs to the primary's name: emptied, so it adds nobody to it.
+    assert slices["orders-ro-ipv4"]["endpoints"] is None
+    assert slice_names(slices["orders-rw-ipv4"]) == [P1, P2]
+
+
 def test_a_foreign_slice_child_is_passed_through() -> None:
     foreign = listed_slice([P1], service="someone-else")
     foreign["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] = "other"
