@@ -84,6 +84,7 @@ class Writes:
     failed: int = 0
     on_non_leader: int = 0
     errors: dict[str, int] = field(default_factory=dict)
+    failed_at: list[float] = field(default_factory=list)
 
 
 class Sampler:
@@ -125,6 +126,22 @@ class Sampler:
         self._stop.set()
         self._thread.join(5)
         self._session.close()
+
+    def classify(self, moments: Sequence[float]) -> dict[str, int]:
+        """For each moment: was there no leader, a leader the Service selected, or another?"""
+        counts = {"no_leader": 0, "service_on_leader": 0, "service_elsewhere": 0}
+        for moment in moments:
+            before = [s for s in self.samples if s.at <= moment]
+            if not before:
+                continue
+            sample = before[-1]
+            if not sample.leaders:
+                counts["no_leader"] += 1
+            elif sample.selected == sample.leaders[:1]:
+                counts["service_on_leader"] += 1
+            else:
+                counts["service_elsewhere"] += 1
+        return counts
 
     def between(self, start: float, end: float) -> tuple[float, float]:
         """(no-leader seconds, misrouted seconds) in [start, end]."""
@@ -179,6 +196,7 @@ class Writer:
                         conn.close()
                 except psycopg2.Error as error:
                     self.writes.failed += 1
+                    self.writes.failed_at.append(time.monotonic())
                     kind = type(error).__name__
                     self.writes.errors[kind] = self.writes.errors.get(kind, 0) + 1
             self._stop.wait(self.interval)
@@ -299,16 +317,30 @@ def running_rig(workdir: Path) -> Iterator[tuple[Rig, str]]:
 
 
 def run(failovers: int, kinds: Sequence[str], probe_rounds: int) -> dict[str, Any]:
+    """Start the cluster, the hook and the stand-in, then :func:`run_on` them."""
     workdir = Path(tempfile.mkdtemp(prefix="pgfh-bench-"))
-    results: list[Failover] = []
     with running_rig(workdir) as (rig, hook_url):
-        latency = sync_vs_direct_probe(rig, hook_url, probe_rounds)
-        with Sampler(rig) as sampler, Writer(rig) as writer:
-            for index, kind in zip(range(failovers), itertools.cycle(kinds), strict=False):
-                failover, trigger = one_failover(rig, kind)
-                end = time.monotonic()
-                failover.no_leader, failover.misrouted = sampler.between(trigger, end)
-                results.append(failover)
+        return run_on(rig, hook_url, failovers, kinds, probe_rounds)
+
+
+def run_on(
+    rig: Rig,
+    hook_url: str,
+    failovers: int,
+    kinds: Sequence[str],
+    probe_rounds: int,
+    *,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Measure on a running rig (also used by the short chaos test in the suite)."""
+    results: list[Failover] = []
+    latency = sync_vs_direct_probe(rig, hook_url, probe_rounds)
+    with Sampler(rig) as sampler, Writer(rig) as writer:
+        for index, kind in zip(range(failovers), itertools.cycle(kinds), strict=False):
+            failover, trigger = one_failover(rig, kind)
+            failover.no_leader, failover.misrouted = sampler.between(trigger, time.monotonic())
+            results.append(failover)
+            if not quiet:
                 print(
                     f"  #{index + 1:2d} {kind:10s} {failover.old} -> {failover.new}: "
                     f"promotion {failover.promotion:6.2f} s, "
@@ -317,18 +349,25 @@ def run(failovers: int, kinds: Sequence[str], probe_rounds: int) -> dict[str, An
                     f"leader existed {failover.misrouted:.3f} s",
                     flush=True,
                 )
-        records = rig.records
-        invariants = {
-            "syncs": len(records),
-            "failed_hook_calls": sum(1 for r in records if r.error),
-            "replies_selecting_two_pods": sum(1 for r in records if len(r.selected) > 1),
-            "service_dropped": SERVICE in rig.standin.world.deleted_services,
-        }
+        failed_when = sampler.classify(writer.writes.failed_at)
+    records = rig.records
+    invariants = {
+        "syncs": len(records),
+        "failed_hook_calls": sum(1 for r in records if r.error),
+        "replies_selecting_two_pods": sum(1 for r in records if len(r.selected) > 1),
+        "service_dropped": SERVICE in rig.standin.world.deleted_services,
+    }
     return {
         "failovers": [f.__dict__ for f in results],
         "table": summarize(results),
         "latency": latency,
-        "writes": writer.writes.__dict__,
+        "writes": {
+            "ok": writer.writes.ok,
+            "failed": writer.writes.failed,
+            "failed_when": failed_when,
+            "errors": writer.writes.errors,
+            "on_non_leader": writer.writes.on_non_leader,
+        },
         "invariants": invariants,
     }
 
@@ -361,9 +400,13 @@ def main(argv: list[str] | None = None) -> int:
         f"\nGround truth (20 ms sampler): no leader at all for {total_no_leader:.2f} s in total; "
         f"Service on a non-leader while a leader existed for {total_misrouted:.3f} s in total."
     )
+    when = writes["failed_when"]
     print(
-        f"Writes through the Service: {writes['ok']} ok, {writes['failed']} failed "
-        f"{writes['errors'] or ''}, {writes['on_non_leader']} landed on a non-leader."
+        f"Writes through the Service (one every 50 ms): {writes['ok']} ok, {writes['failed']} "
+        f"failed ({when['no_leader']} while no member was leader, "
+        f"{when['service_elsewhere']} while a leader existed but the Service was not on it yet, "
+        f"{when['service_on_leader']} while the Service was on the leader), "
+        f"{writes['on_non_leader']} landed on a non-leader."
     )
     print(
         f"Sync with 3 real members: p50 {latency['sync_p50_ms']:.2f} ms; one direct probe: "
