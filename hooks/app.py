@@ -24,7 +24,12 @@ from hooks.events import EventEmitter, event_for, in_cluster_events_api
 from hooks.logs import bound
 from hooks.logs import configure as configure_logging
 from hooks.patroni import PatroniProber, Prober
-from hooks.schemas import RequestError, load_customize_request, load_sync_request
+from hooks.schemas import (
+    RequestError,
+    load_customize_request,
+    load_sync_request,
+    nesting_problem,
+)
 from hooks.sync import Decision, probe_targets, reconcile
 
 log = logging.getLogger("hooks.app")
@@ -72,7 +77,7 @@ def create_app(
 
     @app.post("/sync")
     def sync() -> Response:
-        body = _json_body()
+        body = _json_body(settings.max_json_depth)
         try:
             sync_request = load_sync_request(body)
         except RequestError as error:
@@ -117,7 +122,7 @@ def create_app(
 
     @app.post("/customize")
     def customize() -> Response:
-        body = _json_body()
+        body = _json_body(settings.max_json_depth)
         try:
             cluster, spec = load_customize_request(body)
         except RequestError as error:
@@ -153,31 +158,52 @@ def create_app(
     @app.errorhandler(HTTPException)
     def _http_error(error: HTTPException) -> Response:
         # 404, 405, 413 ... as JSON, never Werkzeug's HTML page.
-        endpoint = request.path.strip("/") or "root"
-        metrics.BAD_REQUESTS.labels(endpoint).inc()
+        metrics.BAD_REQUESTS.labels(_endpoint_label()).inc()
         return _reply({"error": error.description or error.name}, status=error.code or 500)
 
     @app.errorhandler(Exception)
     def _internal_error(error: Exception) -> Response:
         # A bug. 500 makes Metacontroller change nothing and retry with backoff.
-        endpoint = request.path.strip("/") or "root"
-        metrics.ERRORS.labels(endpoint).inc()
+        metrics.ERRORS.labels(_endpoint_label()).inc()
         log.exception("internal error on %s", request.path)
         return _reply({"error": "internal error; nothing was changed"}, status=500)
 
     return app
 
 
-def _json_body() -> object:
+def _endpoint_label() -> str:
+    """The metric label for this request: a known endpoint, never the raw path.
+
+    The path is chosen by the client; used as a label, every new path would create a new
+    time series in every worker (a memory leak any client could drive).
+    """
+    rule = request.url_rule
+    return _ENDPOINTS.get(rule.endpoint, "other") if rule is not None else "other"
+
+
+#: Flask endpoint → metric label (the path, as before, for the known ones).
+_ENDPOINTS = {
+    "sync": "sync",
+    "customize": "customize",
+    "healthz": "healthz",
+    "readyz": "readyz",
+    "prometheus": "metrics",
+}
+
+
+def _json_body(max_depth: int) -> object:
     """The request's JSON, or a 400 (raised as an HTTPException) with the reason."""
     from werkzeug.exceptions import BadRequest
 
     raw = request.get_data(cache=False)
     if not raw:
         raise BadRequest("empty request body: expected a JSON object")
+    problem = nesting_problem(raw, max_depth)
+    if problem is not None:
+        raise BadRequest(f"request body {problem}")
     try:
         return json.loads(raw, parse_constant=_reject_constant)
-    except RecursionError:
+    except RecursionError:  # not reachable after the depth check; kept as a last resort
         raise BadRequest("request body nests too deeply") from None
     except UnicodeDecodeError:
         raise BadRequest("request body is not UTF-8") from None

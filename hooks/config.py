@@ -40,6 +40,9 @@ class HookSettings:
     probe_threads: int = 64
     #: Largest sync request accepted. Real ones are 20-30 KB; many pods make them larger.
     max_request_bytes: int = 4 * 1024 * 1024
+    #: Deepest bracket nesting accepted in a request body. Real requests nest about 15
+    #: levels (managedFields inside related Pods); anything far deeper is hostile.
+    max_json_depth: int = 64
     resync: ResyncTiming = field(default_factory=ResyncTiming)
     #: Log format: "json" (production) or "text" (a developer's terminal).
     log_format: str = "json"
@@ -88,6 +91,7 @@ class HookSettings:
             max_probe_body_bytes=count("PGFH_MAX_PROBE_BODY_BYTES", default.max_probe_body_bytes),
             probe_threads=count("PGFH_PROBE_THREADS", default.probe_threads),
             max_request_bytes=count("PGFH_MAX_REQUEST_BYTES", default.max_request_bytes),
+            max_json_depth=count("PGFH_MAX_JSON_DEPTH", default.max_json_depth),
             resync=ResyncTiming(
                 healthy=number("PGFH_RESYNC_HEALTHY_SECONDS", default.resync.healthy),
                 degraded=number("PGFH_RESYNC_DEGRADED_SECONDS", default.resync.degraded),

@@ -53,6 +53,37 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _IANA_SVC_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 
 
+#: A JSON string, escapes included (the unrolled form: linear, no backtracking).
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+#: Every byte but the four structural brackets, for ``bytes.translate(None, ...)``.
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def nesting_problem(raw: bytes, limit: int) -> str | None:
+    """Why ``raw`` must not reach the JSON parser (it "nests deeper than …"), or ``None``.
+
+    The check runs *before* parsing so that depth is refused by an explicit rule, not by
+    the parser's recursion limit (``RecursionError`` depends on the thread's stack and on
+    the interpreter, and a parser that recurses 100 000 levels first has already spent
+    the work). It is linear and runs at C speed: strings are cut out, everything but the
+    brackets is dropped, then each pass removes one level of innermost ``[]``/``{}``
+    pairs; ``limit`` passes at most. Brackets that never pair up cannot be JSON.
+    """
+    skeleton = _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    for _ in range(limit):
+        if not skeleton:
+            return None
+        # One level per pass: a pair is first replaced by a marker, so removing "[]"
+        # cannot make a new "{}" pair appear within the same pass.
+        reduced = skeleton.replace(b"[]", b"\0").replace(b"{}", b"\0").replace(b"\0", b"")
+        if reduced == skeleton:
+            return "is not valid JSON: its brackets do not balance"
+        skeleton = reduced
+    if skeleton:
+        return f"nests deeper than {limit} levels"
+    return None
+
+
 class RequestError(ValueError):
     """The request itself is broken: answer 400 and let Metacontroller retry."""
 

@@ -282,7 +282,22 @@ BAD_REQUESTS = [
         "request body is not valid JSON: NaN is not JSON",
     ),
     ("empty-body", "POST", "/sync", b"", 400, "empty request body: expected a JSON object"),
-    ("deep-nesting", "POST", "/sync", b"[" * 100_000, 400, "request body nests too deeply"),
+    (
+        "deep-nesting",
+        "POST",
+        "/sync",
+        b"[" * 100_000 + b"]" * 100_000,
+        400,
+        "request body nests deeper than 64 levels",
+    ),
+    (
+        "deep-unbalanced",
+        "POST",
+        "/sync",
+        b"[" * 100_000,
+        400,
+        "request body is not valid JSON: its brackets do not balance",
+    ),
     ("not-utf8", "POST", "/sync", b'{"a": "\xff"}', 400, "request body is not UTF-8"),
     ("too-large", "POST", "/sync", b" " * (MAX_REQUEST + 1), 413, TOO_LARGE),
     (
