@@ -30,7 +30,7 @@ from hooks.schemas import (
     load_sync_request,
     nesting_problem,
 )
-from hooks.sync import Decision, probe_targets, reconcile
+from hooks.sync import Decision, apply_policy, plan_probes, reconcile
 
 log = logging.getLogger("hooks.app")
 
@@ -60,6 +60,7 @@ def create_app(
         deadline=settings.probe_deadline,
         max_body_bytes=settings.max_probe_body_bytes,
         threads=settings.probe_threads,
+        policy=settings.probe_policy,
     )
     app = Flask("hooks")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
@@ -79,20 +80,30 @@ def create_app(
     def sync() -> Response:
         body = _json_body(settings.max_json_depth)
         try:
-            sync_request = load_sync_request(body)
+            sync_request = apply_policy(load_sync_request(body), settings.probe_policy)
         except RequestError as error:
             return _bad_request("sync", str(error))
         hook = "finalize" if sync_request.finalizing else "sync"
         with bound(cluster=sync_request.cluster, request_id=g.request_id, hook=hook):
-            targets = probe_targets(sync_request)
-            probes = prober.probe(targets) if targets else {}
-            outcome = reconcile(sync_request, probes, now=clock(), timing=settings.resync)
-            for status in probes.values():
+            plan = plan_probes(sync_request, settings.probe_policy)
+            answers = prober.probe(plan.targets) if plan.targets else {}
+            for status in answers.values():
                 metrics.PROBES.labels(status.verdict.value).inc()
-            metrics.REPLIES.labels(outcome.decision.value).inc()
+            probes = {**plan.refused, **answers}
+            outcome = reconcile(sync_request, probes, now=clock(), timing=settings.resync)
             # Warnings on transitions only: a cluster without a leader is re-synced every
             # fraction of a second, and must not flood the logs while it stays so.
             notable = logging.WARNING if outcome.transition else logging.DEBUG
+            if plan.refused:
+                # Someone may be trying to aim the probes (a forged Pod status): counted
+                # always, logged with the addresses when the decision changes.
+                metrics.REFUSED_ADDRESSES.inc(len(plan.refused))
+                log.log(
+                    notable,
+                    "not probing: %s",
+                    "; ".join(f"{pod}: {s.reason}" for pod, s in sorted(plan.refused.items())),
+                )
+            metrics.REPLIES.labels(outcome.decision.value).inc()
             if outcome.decision is Decision.INVALID_SPEC:
                 metrics.INVALID_SPECS.inc()
                 log.log(notable, "invalid spec: %s", outcome.message)

@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+from hooks.policy import ProbePolicy, parse_networks, parse_ports
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,8 @@ class HookSettings:
     #: levels (managedFields inside related Pods); anything far deeper is hostile.
     max_json_depth: int = 64
     resync: ResyncTiming = field(default_factory=ResyncTiming)
+    #: Where probes may go: Patroni ports, Pod networks, members per request.
+    probe_policy: ProbePolicy = field(default_factory=ProbePolicy)
     #: Log format: "json" (production) or "text" (a developer's terminal).
     log_format: str = "json"
     log_level: str = "INFO"
@@ -86,6 +93,25 @@ class HookSettings:
             raise ValueError(
                 f"PGFH_LOG_LEVEL={log_level!r} must be DEBUG, INFO, WARNING, ERROR or CRITICAL"
             )
+
+        def parsed(name: str, parse: Callable[[str], T], fallback: T) -> T:
+            raw = env.get(name, "").strip()
+            if not raw:
+                return fallback
+            try:
+                return parse(raw)
+            except ValueError as error:
+                raise ValueError(f"{name}={raw!r}: {error}") from None
+
+        policy = ProbePolicy(
+            allowed_ports=parsed(
+                "PGFH_ALLOWED_PATRONI_PORTS", parse_ports, default.probe_policy.allowed_ports
+            ),
+            allowed_networks=parsed(
+                "PGFH_ALLOWED_POD_CIDRS", parse_networks, default.probe_policy.allowed_networks
+            ),
+            max_members=count("PGFH_MAX_MEMBERS", default.probe_policy.max_members),
+        )
         return cls(
             probe_deadline=number("PGFH_PROBE_DEADLINE_SECONDS", default.probe_deadline),
             max_probe_body_bytes=count("PGFH_MAX_PROBE_BODY_BYTES", default.max_probe_body_bytes),
@@ -96,6 +122,7 @@ class HookSettings:
                 healthy=number("PGFH_RESYNC_HEALTHY_SECONDS", default.resync.healthy),
                 degraded=number("PGFH_RESYNC_DEGRADED_SECONDS", default.resync.degraded),
             ),
+            probe_policy=policy,
             log_format=log_format,
             log_level=log_level,
             emit_events=_flag(env, "PGFH_EMIT_EVENTS"),

@@ -32,6 +32,11 @@ PROBES = Counter(
     "Patroni member probes, by result (leader, not_leader, unreachable).",
     ["result"],
 )
+REFUSED_ADDRESSES = Counter(
+    "pgfh_refused_addresses_total",
+    "Pod IPs not probed because the probe policy refuses them (loopback, metadata, outside "
+    "PGFH_ALLOWED_POD_CIDRS).",
+)
 PRIMARY_CHANGES = Counter(
     "pgfh_primary_changes_total",
     "Replies that moved a primary Service to another pod.",

@@ -15,6 +15,7 @@ timeouts, no retries (the next resync is the retry), a shared thread pool.
 from __future__ import annotations
 
 import contextvars
+import ipaddress
 import json
 import os
 import threading
@@ -27,6 +28,8 @@ import requests
 import urllib3
 
 from hooks.members import MemberStatus, ProbeTarget
+from hooks.policy import ProbePolicy
+from hooks.schemas import LEADER_PATHS
 
 _CHUNK = 8192
 _TIMEOUTS = frozenset({"connect timeout", "read timeout"})
@@ -59,12 +62,23 @@ class PatroniProber:
     :param deadline: the bound of one whole round, in seconds.
     :param max_body_bytes: the largest body read from a member (Patroni's is ~1 KiB).
     :param threads: size of the process-wide pool shared by all concurrent syncs.
+    :param policy: checked again for every target just before connecting (the targets
+        were planned under it already: this is the second lock on the same door). Without
+        one, only the shape of each target is checked.
     """
 
-    def __init__(self, *, deadline: float = 2.0, max_body_bytes: int = 65536, threads: int = 64):
+    def __init__(
+        self,
+        *,
+        deadline: float = 2.0,
+        max_body_bytes: int = 65536,
+        threads: int = 64,
+        policy: ProbePolicy | None = None,
+    ):
         self.deadline = deadline
         self.max_body_bytes = max_body_bytes
         self.threads = threads
+        self.policy = policy
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._executor_pid: int | None = None
@@ -125,6 +139,9 @@ class PatroniProber:
 
     def probe_one(self, target: ProbeTarget, ends_at: float) -> MemberStatus:
         """One bounded GET; never raises."""
+        refused = target_problem(target.url, self.policy)
+        if refused is not None:
+            return MemberStatus.unknown(target.pod, refused)
         try:
             return self._probe_one(target, ends_at)
         except Exception as error:
@@ -179,6 +196,45 @@ class PatroniProber:
             health_path=target.health_path,
             leader_roles=target.leader_roles,
         )
+
+
+def target_problem(url: str, policy: ProbePolicy | None) -> str | None:
+    """Why ``url`` must not be requested, or ``None``; nothing is sent for a refused URL.
+
+    Targets are built by :func:`hooks.sync.plan_probes` from a Pod IP, the spec's port and
+    a leader path, so none of this should ever trip. It is checked here, on the exact URL
+    about to be requested, so that no other code path can make the hook request a
+    hostname (DNS, and whatever it resolves to), credentials, a query, or another path.
+    """
+    try:
+        parsed = urllib3.util.parse_url(url)
+    except urllib3.exceptions.LocationParseError:
+        return "refused: not a valid URL"
+    if parsed.scheme not in ("http", "https"):
+        return "refused: scheme is not http or https"
+    if parsed.auth or parsed.query is not None or parsed.fragment is not None:
+        return "refused: URL carries credentials, a query or a fragment"
+    if parsed.path not in LEADER_PATHS:
+        return "refused: path is not one of Patroni's leader paths"
+    host = (parsed.host or "").removeprefix("[").removesuffix("]")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return "refused: host is not an IP address"
+    if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
+        return "refused: host is not an IP address"
+    if parsed.port is None:
+        return "refused: no port"
+    if url != f"{parsed.scheme}://{parsed.host}:{parsed.port}{parsed.path}":
+        # parse_url normalises ("/../primary" → "/primary", case, ...): only a URL that
+        # is already in that form is requested, so what was checked is what is sent.
+        return "refused: URL is not in canonical form"
+    if policy is not None:
+        port = policy.port_problem(parsed.port)
+        if port is not None:
+            return f"refused: {port}"
+        return policy.address_problem(ip)
+    return None
 
 
 def _describe(error: BaseException) -> str:

@@ -62,6 +62,9 @@ def gunicorn_hook(
         "GUNICORN_THREADS": str(threads),
         "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
         "PYTHONUNBUFFERED": "1",
+        # The local Patroni cluster and the fakes are on loopback, which the hook never
+        # probes unless told to, explicitly: the rig tells it (production sets its Pod CIDR).
+        "PGFH_ALLOWED_POD_CIDRS": "127.0.0.0/8",
         **(env or {}),
     }
     gunicorn = Path(sys.executable).with_name("gunicorn")

@@ -24,6 +24,7 @@ from flask.testing import FlaskClient
 from hooks.app import create_app
 from hooks.config import HookSettings, ResyncTiming
 from hooks.patroni import PatroniProber
+from hooks.policy import ProbePolicy, parse_networks, parse_ports
 from tests import fakes
 from tests.conftest import NOW
 from tests.fakes import Behaviour, FakeCluster, FakeMember
@@ -43,9 +44,16 @@ POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 REPLY_KEYS = {"status", "children", "resyncAfterSeconds", "finalized"}
 
 
+#: The fakes listen on 127.0.0.10-12 on an ephemeral port: allow exactly that, explicitly
+#: (the default policy refuses loopback and every port but 8008).
+LOOPBACK_FAKES = ProbePolicy(
+    allowed_ports=parse_ports("1024-65535"), allowed_networks=parse_networks("127.0.0.0/8")
+)
+
+
 @pytest.fixture
 def real_prober() -> Iterator[PatroniProber]:
-    prober = PatroniProber(deadline=DEADLINE, max_body_bytes=CAP, threads=16)
+    prober = PatroniProber(deadline=DEADLINE, max_body_bytes=CAP, threads=16, policy=LOOPBACK_FAKES)
     yield prober
     prober.close()
 
@@ -57,6 +65,7 @@ def hook(real_prober: PatroniProber) -> FlaskClient:
         max_probe_body_bytes=CAP,
         max_request_bytes=MAX_REQUEST,
         resync=TIMING,
+        probe_policy=LOOPBACK_FAKES,
     )
     app: Flask = create_app(settings=settings, prober=real_prober, clock=lambda: NOW)
     app.config["TESTING"] = True

@@ -35,9 +35,13 @@ def sync_body() -> dict[str, Any]:
     return body
 
 
+#: The members in ``sync_body`` point at a closed ephemeral port: allow those ports.
+EPHEMERAL_PORTS = {"PGFH_ALLOWED_PATRONI_PORTS": "1024-65535"}
+
+
 @pytest.fixture(scope="module")
 def hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornHook]:
-    with gunicorn_hook(tmp_path_factory.mktemp("gunicorn")) as running:
+    with gunicorn_hook(tmp_path_factory.mktemp("gunicorn"), env=EPHEMERAL_PORTS) as running:
         yield running
 
 
