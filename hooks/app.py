@@ -19,6 +19,7 @@ from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 
 from hooks import metrics
+from hooks.auth import Authenticator
 from hooks.config import HookSettings
 from hooks.events import EventEmitter, event_for, in_cluster_events_api
 from hooks.logs import bound
@@ -62,6 +63,9 @@ def create_app(
         threads=settings.probe_threads,
         policy=settings.probe_policy,
     )
+    authenticator = None if settings.auth.mode == "none" else Authenticator(settings.auth)
+    if authenticator is None:
+        log.warning("caller authentication is OFF (PGFH_AUTH=none): for development only")
     app = Flask("hooks")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -70,6 +74,29 @@ def create_app(
     def _request_id() -> None:
         g.request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         g.started = time.perf_counter()
+
+    @app.before_request
+    def _authenticate() -> Response | None:
+        # Before the body is read: an unauthenticated caller costs no parsing, no probe.
+        if authenticator is None or request.endpoint not in _PROTECTED:
+            return None
+        verdict = authenticator.check(request.headers.get("Authorization"), _peer_certificate())
+        if verdict.ok:
+            return None
+        metrics.AUTH_FAILURES.labels(verdict.reason).inc()
+        log.warning(
+            "refused a %s call: %s",
+            request.endpoint,
+            verdict.reason,
+            extra={"request_id": g.request_id, "remote_addr": request.remote_addr},
+        )
+        # Nothing about why: a caller probing for tokens learns only "no".
+        if verdict.status == 403:
+            return _reply({"error": "forbidden"}, status=403)
+        response = _reply({"error": "unauthorized"}, status=401)
+        if settings.auth.tokens_required:
+            response.headers["WWW-Authenticate"] = 'Bearer realm="pg-failover-hook"'
+        return response
 
     @app.after_request
     def _echo_request_id(response: Response) -> Response:
@@ -159,6 +186,11 @@ def create_app(
 
     @app.get("/readyz")
     def readyz() -> Response:
+        # Not ready while no caller could authenticate: a rollout whose Secret has no
+        # usable token stops at the first new pod instead of replacing working ones.
+        problem = authenticator.ready_problem() if authenticator is not None else None
+        if problem is not None:
+            return _reply({"status": "not ready", "reason": problem}, status=503)
         return _reply({"status": "ready"})
 
     @app.get("/metrics")
@@ -180,6 +212,28 @@ def create_app(
         return _reply({"error": "internal error; nothing was changed"}, status=500)
 
     return app
+
+
+#: Endpoints only Metacontroller may call; health and metrics stay open.
+_PROTECTED = frozenset({"sync", "customize"})
+
+
+def _peer_certificate() -> dict[str, Any] | None:
+    """The client certificate gunicorn verified on this connection, if any.
+
+    gunicorn asks for one (``CERT_OPTIONAL``) when a client CA is configured and refuses
+    the handshake if a presented certificate does not verify; which endpoints *require*
+    one is decided here, so that kubelet probes and Prometheus need none.
+    """
+    sock = request.environ.get("gunicorn.socket")
+    getpeercert = getattr(sock, "getpeercert", None)
+    if getpeercert is None:
+        return None
+    try:
+        certificate = getpeercert()
+    except (OSError, ValueError):
+        return None
+    return certificate if isinstance(certificate, dict) and certificate else None
 
 
 def _endpoint_label() -> str:

@@ -32,6 +32,43 @@ class ResyncTiming:
     degraded: float = 0.3
 
 
+#: ``token``: bearer token required. ``mtls``: verified client certificate required.
+#: ``token+mtls``: both. ``none``: no caller authentication (development only).
+AUTH_MODES = ("token", "mtls", "token+mtls", "none")
+DEFAULT_TOKENS_PATH = "/etc/pg-failover-hook/auth"
+
+
+@dataclass(frozen=True, slots=True)
+class AuthSettings:
+    """How callers of ``/sync`` and ``/customize`` must authenticate."""
+
+    mode: str = "token"
+    #: A directory (one token per file, e.g. a mounted Secret with several keys) or a
+    #: file (one token per line).
+    tokens_path: str = DEFAULT_TOKENS_PATH
+    #: mTLS: names (subject CN or DNS/URI SAN) a client certificate must carry; empty
+    #: accepts any certificate the client CA signed.
+    client_names: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def tokens_required(self) -> bool:
+        return self.mode in ("token", "token+mtls")
+
+    @property
+    def certificate_required(self) -> bool:
+        return self.mode in ("mtls", "token+mtls")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTLS:
+    """HTTPS for the hook's own listener (gunicorn), and the CA of client certificates."""
+
+    cert_file: str
+    key_file: str
+    #: CA that signs Metacontroller's client certificate; needed for mTLS.
+    client_ca_file: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class HookSettings:
     """Settings of one hook process."""
@@ -58,6 +95,10 @@ class HookSettings:
     emit_events: bool = False
     #: This replica's name in Events (the Downward API's pod name).
     instance: str = "pg-failover-hook"
+    #: Who may call /sync and /customize. The default requires a bearer token.
+    auth: AuthSettings = field(default_factory=AuthSettings)
+    #: HTTPS on the hook's listener; ``None`` serves plain HTTP.
+    server_tls: ServerTLS | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> HookSettings:
@@ -112,6 +153,7 @@ class HookSettings:
             ),
             max_members=count("PGFH_MAX_MEMBERS", default.probe_policy.max_members),
         )
+        auth, server_tls = _auth_and_tls(env)
         return cls(
             probe_deadline=number("PGFH_PROBE_DEADLINE_SECONDS", default.probe_deadline),
             max_probe_body_bytes=count("PGFH_MAX_PROBE_BODY_BYTES", default.max_probe_body_bytes),
@@ -127,7 +169,45 @@ class HookSettings:
             log_level=log_level,
             emit_events=_flag(env, "PGFH_EMIT_EVENTS"),
             instance=env.get("POD_NAME") or default.instance,
+            auth=auth,
+            server_tls=server_tls,
         )
+
+
+def _auth_and_tls(env: Mapping[str, str]) -> tuple[AuthSettings, ServerTLS | None]:
+    """``PGFH_AUTH*`` and ``PGFH_TLS_*``, checked against each other.
+
+    Inconsistent settings fail the start-up (naming the variables) rather than serve a
+    hook that refuses every call, or worse, one that accepts calls it should not.
+    """
+    mode = env.get("PGFH_AUTH", "").strip().lower() or "token"
+    if mode not in AUTH_MODES:
+        raise ValueError(f"PGFH_AUTH={mode!r} must be one of {', '.join(AUTH_MODES)}")
+    names = frozenset(
+        n.strip() for n in env.get("PGFH_AUTH_CLIENT_NAMES", "").split(",") if n.strip()
+    )
+    auth = AuthSettings(
+        mode=mode,
+        tokens_path=env.get("PGFH_AUTH_TOKENS_PATH", "").strip() or DEFAULT_TOKENS_PATH,
+        client_names=names,
+    )
+    cert, key, client_ca = (
+        env.get(f"PGFH_TLS_{name}", "").strip() or None
+        for name in ("CERT_FILE", "KEY_FILE", "CLIENT_CA_FILE")
+    )
+    if bool(cert) != bool(key):
+        raise ValueError("PGFH_TLS_CERT_FILE and PGFH_TLS_KEY_FILE must be set together")
+    if client_ca and not cert:
+        raise ValueError("PGFH_TLS_CLIENT_CA_FILE needs PGFH_TLS_CERT_FILE and PGFH_TLS_KEY_FILE")
+    if auth.certificate_required and not client_ca:
+        raise ValueError(
+            f"PGFH_AUTH={mode} needs HTTPS with client certificates: set PGFH_TLS_CERT_FILE, "
+            "PGFH_TLS_KEY_FILE and PGFH_TLS_CLIENT_CA_FILE"
+        )
+    if names and not auth.certificate_required:
+        raise ValueError("PGFH_AUTH_CLIENT_NAMES is only used with PGFH_AUTH=mtls or token+mtls")
+    server_tls = ServerTLS(cert, key, client_ca) if cert and key else None
+    return auth, server_tls
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

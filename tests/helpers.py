@@ -8,7 +8,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hooks.config import AuthSettings
 from hooks.members import MemberStatus, ProbeTarget
+
+#: For tests of what the hook answers, not of who may ask: the app's default requires a
+#: bearer token (tests/test_security.py covers that).
+NO_AUTH = AuthSettings(mode="none")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "metacontroller"
 SYNC_FIXTURES = sorted(

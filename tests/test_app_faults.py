@@ -28,7 +28,7 @@ from hooks.policy import ProbePolicy, parse_networks, parse_ports
 from tests import fakes
 from tests.conftest import NOW
 from tests.fakes import Behaviour, FakeCluster, FakeMember
-from tests.helpers import fixture
+from tests.helpers import NO_AUTH, fixture
 
 DEADLINE = 1.0
 #: A sync may take the probe deadline plus this much; Metacontroller's timeout is 5 s.
@@ -66,6 +66,7 @@ def hook(real_prober: PatroniProber) -> FlaskClient:
         max_request_bytes=MAX_REQUEST,
         resync=TIMING,
         probe_policy=LOOPBACK_FAKES,
+        auth=NO_AUTH,
     )
     app: Flask = create_app(settings=settings, prober=real_prober, clock=lambda: NOW)
     app.config["TESTING"] = True
