@@ -62,6 +62,7 @@ def create_app(
         max_body_bytes=settings.max_probe_body_bytes,
         threads=settings.probe_threads,
         policy=settings.probe_policy,
+        tls=settings.patroni_tls,
     )
     authenticator = None if settings.auth.mode == "none" else Authenticator(settings.auth)
     if authenticator is None:

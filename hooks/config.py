@@ -70,6 +70,20 @@ class ServerTLS:
 
 
 @dataclass(frozen=True, slots=True)
+class PatroniTLS:
+    """How ``https`` members are verified, and the certificate the hook presents to them.
+
+    For Patroni's ``restapi.verify_client: required`` the hook needs a client certificate
+    its ``restapi.cafile`` trusts. Files come from a mounted Secret.
+    """
+
+    #: CA bundle that signs the members' REST API certificates (``None``: system CAs).
+    ca_file: str | None = None
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class HookSettings:
     """Settings of one hook process."""
 
@@ -99,6 +113,8 @@ class HookSettings:
     auth: AuthSettings = field(default_factory=AuthSettings)
     #: HTTPS on the hook's listener; ``None`` serves plain HTTP.
     server_tls: ServerTLS | None = None
+    #: TLS towards Patroni members whose spec says ``scheme: https``.
+    patroni_tls: PatroniTLS = field(default_factory=PatroniTLS)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> HookSettings:
@@ -154,6 +170,17 @@ class HookSettings:
             max_members=count("PGFH_MAX_MEMBERS", default.probe_policy.max_members),
         )
         auth, server_tls = _auth_and_tls(env)
+        patroni_tls = PatroniTLS(
+            *(
+                env.get(f"PGFH_PATRONI_{name}", "").strip() or None
+                for name in ("CA_FILE", "CLIENT_CERT_FILE", "CLIENT_KEY_FILE")
+            )
+        )
+        if bool(patroni_tls.client_cert_file) != bool(patroni_tls.client_key_file):
+            raise ValueError(
+                "PGFH_PATRONI_CLIENT_CERT_FILE and PGFH_PATRONI_CLIENT_KEY_FILE "
+                "must be set together"
+            )
         return cls(
             probe_deadline=number("PGFH_PROBE_DEADLINE_SECONDS", default.probe_deadline),
             max_probe_body_bytes=count("PGFH_MAX_PROBE_BODY_BYTES", default.max_probe_body_bytes),
@@ -171,6 +198,7 @@ class HookSettings:
             instance=env.get("POD_NAME") or default.instance,
             auth=auth,
             server_tls=server_tls,
+            patroni_tls=patroni_tls,
         )
 
 

@@ -14,6 +14,7 @@ Pure: no I/O, no web framework.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -122,6 +123,8 @@ class ClusterSpec:
     read_timeout: float = 1.0
     #: Route only to a member whose ``patroni.name`` equals its pod's name.
     verify_member_name: bool = True
+    #: https: verify the members' certificates against this DNS name, not the pod IP.
+    patroni_server_name: str | None = None
     service_type: str = "ClusterIP"
     service_ports: tuple[ServicePort, ...] = (ServicePort("postgresql", 5432, 5432),)
     service_labels: Mapping[str, str] = field(default_factory=dict)
@@ -183,6 +186,33 @@ def _check_labels(value: Mapping[str, str], *, what: str, values_are_labels: boo
             raise ValidationError(f"{item!r} (for {key!r}) is not a valid label value")
 
 
+def _not_an_address(value: str) -> None:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return
+    raise ValidationError(
+        "must be a DNS name; to verify against the pod IP, leave serverName unset"
+    )
+
+
+class _PatroniTLSSchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    serverName = fields.String(
+        load_default=None,
+        validate=[
+            validate.Length(min=1, max=253),
+            validate.Regexp(
+                _DNS_1123_SUBDOMAIN,
+                error="must be a DNS name (lower case a-z0-9-, dot-separated)",
+            ),
+            _not_an_address,
+        ],
+    )
+
+
 class _PatroniSchema(Schema):
     class Meta:
         unknown = EXCLUDE
@@ -196,6 +226,13 @@ class _PatroniSchema(Schema):
         load_default=1.0, allow_nan=False, validate=validate.Range(min=0.05, max=5)
     )
     memberNameMustMatchPod = _StrictBoolean(load_default=True)
+    tls = fields.Nested(_PatroniTLSSchema, load_default=lambda: _PatroniTLSSchema().load({}))
+
+    @validates_schema
+    def _tls_needs_https(self, data: Mapping[str, Any], **_: Any) -> None:
+        tls = data.get("tls") or {}
+        if tls.get("serverName") is not None and data.get("scheme") != "https":
+            raise ValidationError("serverName is only used with scheme https", "tls")
 
 
 class _PortSchema(Schema):
@@ -341,6 +378,7 @@ class ClusterSpecSchema(Schema):
             connect_timeout=patroni["connectTimeoutSeconds"],
             read_timeout=patroni["readTimeoutSeconds"],
             verify_member_name=patroni["memberNameMustMatchPod"],
+            patroni_server_name=patroni["tls"]["serverName"],
             service_type=service["type"],
             service_ports=tuple(service["ports"]),
             service_labels=dict(service["labels"]),

@@ -155,6 +155,7 @@ def plan_probes(request: SyncRequest, policy: ProbePolicy) -> ProbePlan:
                 read_timeout=spec.read_timeout,
                 health_path=spec.health_check_path,
                 leader_roles=spec.leader_roles,
+                server_name=spec.patroni_server_name,
             )
         )
     return ProbePlan(tuple(targets), refused)

@@ -345,6 +345,27 @@ INVALID_SPECS: list[tuple[str, object, str]] = [
     ("port true", seed_spec(patroni={"port": True}), "spec.patroni.port"),
     ("port a float", seed_spec(patroni={"port": 8008.5}), "spec.patroni.port"),
     ("scheme ftp", seed_spec(patroni={"scheme": "ftp"}), "spec.patroni.scheme"),
+    (
+        "serverName with http",
+        seed_spec(patroni={"tls": {"serverName": "pg-orders.databases.svc"}}),
+        "spec.patroni.tls",
+    ),
+    (
+        "serverName an IP",
+        seed_spec(patroni={"scheme": "https", "tls": {"serverName": "10.244.1.17"}}),
+        "spec.patroni.tls.serverName",
+    ),
+    (
+        "serverName upper case",
+        seed_spec(patroni={"scheme": "https", "tls": {"serverName": "PG.example"}}),
+        "spec.patroni.tls.serverName",
+    ),
+    (
+        "serverName with a scheme",
+        seed_spec(patroni={"scheme": "https", "tls": {"serverName": "https://pg.example"}}),
+        "spec.patroni.tls.serverName",
+    ),
+    ("tls a string", seed_spec(patroni={"scheme": "https", "tls": "on"}), "spec.patroni.tls"),
     ("scheme HTTP", seed_spec(patroni={"scheme": "HTTP"}), "spec.patroni.scheme"),
     (
         "connect timeout 0",

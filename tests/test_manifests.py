@@ -520,6 +520,10 @@ def test_the_crd_spec_and_the_hooks_marshmallow_schema_name_the_same_fields() ->
     readers = {
         "spec": (spec, schemas.ClusterSpecSchema()),
         "spec.patroni": (spec["patroni"]["properties"], schemas._PatroniSchema()),
+        "spec.patroni.tls": (
+            spec["patroni"]["properties"]["tls"]["properties"],
+            schemas._PatroniTLSSchema(),
+        ),
         "spec.service": (spec["service"]["properties"], schemas._ServiceTemplateSchema()),
         "spec.service.ports[]": (
             spec["service"]["properties"]["ports"]["items"]["properties"],
@@ -549,7 +553,9 @@ def test_crd_fields_are_the_contract() -> None:
         "connectTimeoutSeconds",
         "readTimeoutSeconds",
         "memberNameMustMatchPod",
+        "tls",
     }
+    assert set(spec["properties"]["patroni"]["properties"]["tls"]["properties"]) == {"serverName"}
     service = spec["properties"]["service"]["properties"]
     assert set(service) == {"type", "ports", "labels", "annotations"}
     assert set(service["ports"]["items"]["properties"]) == {

@@ -31,7 +31,7 @@ from werkzeug.test import TestResponse
 
 from hooks import auth as auth_module
 from hooks.app import create_app
-from hooks.config import AuthSettings, HookSettings, ServerTLS
+from hooks.config import AuthSettings, HookSettings, PatroniTLS, ServerTLS
 from hooks.members import MemberStatus, ProbeTarget
 from hooks.patroni import PatroniProber, target_problem
 from hooks.policy import ProbePolicy, describe_ports, parse_networks, parse_ports
@@ -1017,3 +1017,21 @@ def test_token_and_mtls_under_gunicorn(tmp_path: Path, pki: dict[str, Any]) -> N
         assert real_sync(hook, bearer).status_code == 401
         assert real_sync(hook, {}, cert=mc).status_code == 401
         assert real_sync(hook, bearer, cert=mc).status_code == 200
+
+
+# ------------------------------------------------------------------ TLS to Patroni
+
+
+def test_tls_settings_are_read_from_the_environment() -> None:
+    settings = HookSettings.from_env(
+        {
+            "PGFH_PATRONI_CA_FILE": "/etc/patroni-tls/ca.crt",
+            "PGFH_PATRONI_CLIENT_CERT_FILE": "/etc/patroni-tls/tls.crt",
+            "PGFH_PATRONI_CLIENT_KEY_FILE": "/etc/patroni-tls/tls.key",
+        }
+    )
+    assert settings.patroni_tls == PatroniTLS(
+        "/etc/patroni-tls/ca.crt", "/etc/patroni-tls/tls.crt", "/etc/patroni-tls/tls.key"
+    )
+    with pytest.raises(ValueError, match=r"^PGFH_PATRONI_CLIENT_CERT_FILE and"):
+        HookSettings.from_env({"PGFH_PATRONI_CLIENT_CERT_FILE": "/x.crt"})
