@@ -171,10 +171,9 @@ class HookSettings:
         )
         auth, server_tls = _auth_and_tls(env)
         patroni_tls = PatroniTLS(
-            *(
-                env.get(f"PGFH_PATRONI_{name}", "").strip() or None
-                for name in ("CA_FILE", "CLIENT_CERT_FILE", "CLIENT_KEY_FILE")
-            )
+            ca_file=_path(env, "PGFH_PATRONI_CA_FILE"),
+            client_cert_file=_path(env, "PGFH_PATRONI_CLIENT_CERT_FILE"),
+            client_key_file=_path(env, "PGFH_PATRONI_CLIENT_KEY_FILE"),
         )
         if bool(patroni_tls.client_cert_file) != bool(patroni_tls.client_key_file):
             raise ValueError(
@@ -219,10 +218,9 @@ def _auth_and_tls(env: Mapping[str, str]) -> tuple[AuthSettings, ServerTLS | Non
         tokens_path=env.get("PGFH_AUTH_TOKENS_PATH", "").strip() or DEFAULT_TOKENS_PATH,
         client_names=names,
     )
-    cert, key, client_ca = (
-        env.get(f"PGFH_TLS_{name}", "").strip() or None
-        for name in ("CERT_FILE", "KEY_FILE", "CLIENT_CA_FILE")
-    )
+    cert = _path(env, "PGFH_TLS_CERT_FILE")
+    key = _path(env, "PGFH_TLS_KEY_FILE")
+    client_ca = _path(env, "PGFH_TLS_CLIENT_CA_FILE")
     if bool(cert) != bool(key):
         raise ValueError("PGFH_TLS_CERT_FILE and PGFH_TLS_KEY_FILE must be set together")
     if client_ca and not cert:
@@ -236,6 +234,10 @@ def _auth_and_tls(env: Mapping[str, str]) -> tuple[AuthSettings, ServerTLS | Non
         raise ValueError("PGFH_AUTH_CLIENT_NAMES is only used with PGFH_AUTH=mtls or token+mtls")
     server_tls = ServerTLS(cert, key, client_ca) if cert and key else None
     return auth, server_tls
+
+
+def _path(env: Mapping[str, str], name: str) -> str | None:
+    return env.get(name, "").strip() or None
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

@@ -53,6 +53,7 @@ HELM_VALUES = REPO / "deploy" / "metacontroller-values.yaml"
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 DEPLOY_DOC = REPO / "docs" / "deploy.md"
+SECURITY_DOC = REPO / "docs" / "security.md"
 FIXTURES = REPO / "tests" / "fixtures" / "metacontroller"
 
 NAMESPACE = "pg-failover-hook"
@@ -1532,3 +1533,18 @@ def test_deploy_doc_documents_every_cr_field() -> None:
         assert f"`{path}`" in text, f"{path} is missing from the CR reference in docs/deploy.md"
     assert "kubectl apply -k deploy/" in text
     assert "oci://ghcr.io/metacontroller/metacontroller-helm --version 4.17.2" in text
+
+
+def test_security_doc_is_linked_and_documents_every_security_setting() -> None:
+    assert "(security.md)" in DEPLOY_DOC.read_text(encoding="utf-8")
+    text = SECURITY_DOC.read_text(encoding="utf-8")
+    config = (REPO / "hooks" / "config.py").read_text(encoding="utf-8")
+    names = set(re.findall(r'"(PGFH_[A-Z_]+)"', config))  # the names from_env reads
+    security = {
+        n for n in names if re.search(r"AUTH|TLS|ALLOWED|PATRONI_|MAX_(MEMBERS|REQUEST|JSON)", n)
+    }
+    assert len(security) == 14, sorted(security)
+    missing = sorted(n for n in security if f"`{n}`" not in text)
+    assert missing == [], f"not in docs/security.md: {missing}"
+    for heading in ("## Threat model", "## Hardening checklist", "### Rotating the token"):
+        assert heading in text
