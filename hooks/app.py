@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -73,7 +74,10 @@ def create_app(
 
     @app.before_request
     def _request_id() -> None:
-        g.request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        # The caller's id is echoed and logged (refused calls too): only a short, plain
+        # token of it, so nobody can write arbitrary text into the logs through it.
+        given = request.headers.get("X-Request-Id", "")
+        g.request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
         g.started = time.perf_counter()
 
     @app.before_request
@@ -215,6 +219,7 @@ def create_app(
     return app
 
 
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 #: Endpoints only Metacontroller may call; health and metrics stay open.
 _PROTECTED = frozenset({"sync", "customize"})
 

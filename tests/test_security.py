@@ -126,6 +126,20 @@ def test_the_depth_limit_is_a_400_before_any_parsing_and_is_configurable() -> No
     assert HookSettings.from_env({"PGFH_MAX_JSON_DEPTH": "3"}).max_json_depth == 3
 
 
+@pytest.mark.parametrize(
+    ("given", "echoed"),
+    [("req-123", "req-123"), ("a" * 129, None), ("x\u2028forged", None), ("a b", None), ("", None)],
+)
+def test_only_a_plain_request_id_is_echoed_and_logged(given: str, echoed: str | None) -> None:
+    client = _client(HookSettings(auth=NO_AUTH))
+    response = client.get("/healthz", headers={"X-Request-Id": given})
+    returned = response.headers["X-Request-Id"]
+    if echoed is not None:
+        assert returned == echoed
+    else:
+        assert re.fullmatch(r"[0-9a-f]{32}", returned), returned
+
+
 def test_client_chosen_paths_do_not_become_metric_labels() -> None:
     client = _client(HookSettings(auth=NO_AUTH))
     for index in range(20):
