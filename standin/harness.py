@@ -14,7 +14,7 @@ same thing. Kubernetes is modelled only where the hook can see it:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,8 +140,12 @@ def start_rig(
     *,
     resync_period: float = 30.0,
     on_record: Callable[[SyncRecord], None] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> Rig:
-    """Start the stand-in for ``cluster`` against the hook at ``hook_url``."""
+    """Start the stand-in for ``cluster`` against the hook at ``hook_url``.
+
+    ``headers`` authenticate the calls; by default those of the rig hook at ``hook_url``.
+    """
     model = PodModel(cluster)
     world = World(parent=cluster_parent(), pods=model.pods())
     standin = MetacontrollerStandIn(
@@ -150,6 +154,7 @@ def start_rig(
         service_name=SERVICE,
         resync_period=resync_period,
         on_record=on_record,
+        headers=headers,
     )
     standin.start()
     return Rig(cluster, standin, model)

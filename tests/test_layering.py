@@ -9,7 +9,8 @@ Test design notes
      is weakened (a core module or a forbidden package dropped from it, or indirect
      imports allowed).
   2. An AST scan of the source files follows every ``hooks.*`` import of
-     ``hooks/sync.py``, ``hooks/members.py`` and ``hooks/schemas.py`` transitively
+     ``hooks/sync.py``, ``hooks/members.py``, ``hooks/schemas.py`` and
+     ``hooks/policy.py`` transitively
      (``hooks/__init__.py`` included, since importing any submodule runs it), and
      collects every top-level package named in ``import``/``from ... import``
      statements, wherever they are (inside functions and ``TYPE_CHECKING`` blocks too).
@@ -33,7 +34,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 HOOKS = ROOT / "hooks"
-CORE = ("hooks.sync", "hooks.members", "hooks.schemas")
+CORE = ("hooks.sync", "hooks.members", "hooks.schemas", "hooks.policy")
 FORBIDDEN = (
     "flask",
     "werkzeug",
@@ -152,7 +153,14 @@ def test_the_core_reaches_only_the_pure_hooks_modules() -> None:
     reached: set[str] = set()
     for module in CORE:
         reached |= _closure(module)[0]
-    assert reached == {"hooks", "hooks.sync", "hooks.members", "hooks.schemas", "hooks.config"}
+    assert reached == {
+        "hooks",
+        "hooks.sync",
+        "hooks.members",
+        "hooks.schemas",
+        "hooks.config",
+        "hooks.policy",
+    }
 
 
 def test_the_scanner_finds_forbidden_imports_where_they_are() -> None:
@@ -184,7 +192,7 @@ def test_the_scanner_resolves_relative_imports(
 def test_importing_the_core_in_a_fresh_interpreter_loads_no_forbidden_package() -> None:
     probe = (
         "import sys\n"
-        "import hooks.sync, hooks.members, hooks.schemas\n"
+        "import hooks.sync, hooks.members, hooks.schemas, hooks.policy\n"
         f"forbidden = {FORBIDDEN!r}\n"
         "bad = [m for m in sys.modules for b in forbidden if m == b or m.startswith(b + '.')]\n"
         "print(','.join(sorted(bad)))\n"
