@@ -52,7 +52,7 @@ from typing import Any
 import requests
 
 from devcluster import PatroniCluster
-from standin.gunicorn import gunicorn_hook
+from standin.gunicorn import credentials_for, gunicorn_hook
 from standin.harness import SERVICE, Rig, start_rig
 
 KINDS = ("graceful", "kill", "switchover")
@@ -266,7 +266,9 @@ def sync_vs_direct_probe(rig: Rig, hook_url: str, rounds: int = 200) -> dict[str
         probes.append(time.perf_counter() - started)
         assert response.status_code == 200
         started = time.perf_counter()
-        reply = session.post(f"{hook_url}/sync", json=body, timeout=5)
+        reply = session.post(
+            f"{hook_url}/sync", json=body, timeout=5, headers=credentials_for(hook_url)
+        )
         syncs.append(time.perf_counter() - started)
         assert reply.status_code == 200
     session.close()
