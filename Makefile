@@ -35,7 +35,7 @@ test: $(STAMP) lint
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
-	$(BIN)/python -m bench.routing_lag
+	$(BIN)/python -m bench.failover
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import ipaddress
 import json
+import ssl
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,23 +44,33 @@ def request(
     path: str,
     body: dict[str, Any] | None = None,
     timeout: float = 1.0,
+    tls: ssl.SSLContext | None = None,
 ) -> Response:
-    """One request; never raises for network errors (they come back as ``status == 0``)."""
+    """One request; never raises for network errors (they come back as ``status == 0``).
+
+    With ``tls`` the request goes over HTTPS with that context (CA, client certificate).
+    """
     if ipaddress.ip_address(host) not in _LOOPBACK:
         raise ValueError(f"refusing non-loopback address {host}")
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    conn: http.client.HTTPConnection
+    if tls is not None:
+        conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=tls)
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         payload = json.dumps(body).encode() if body is not None else None
         headers = {"Content-Type": "application/json"} if payload is not None else {}
         conn.request(method, path, body=payload, headers=headers)
         resp = conn.getresponse()
         return Response(resp.status, resp.read())
-    except (OSError, http.client.HTTPException) as exc:
+    except (OSError, http.client.HTTPException) as exc:  # ssl.SSLError is an OSError
         return Response(0, b"", error=f"{type(exc).__name__}: {exc}")
     finally:
         conn.close()
 
 
-def get(host: str, port: int, path: str, timeout: float = 1.0) -> Response:
+def get(
+    host: str, port: int, path: str, timeout: float = 1.0, tls: ssl.SSLContext | None = None
+) -> Response:
     """``GET`` shorthand."""
-    return request("GET", host, port, path, timeout=timeout)
+    return request("GET", host, port, path, timeout=timeout, tls=tls)

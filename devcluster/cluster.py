@@ -21,11 +21,13 @@ import atexit
 import base64
 import contextlib
 import importlib
+import ipaddress
 import json
 import logging
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -109,6 +111,25 @@ def tail(path: Path, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+@dataclass(frozen=True)
+class RestApiTLS:
+    """HTTPS for every member's REST API: Patroni's ``restapi`` TLS settings.
+
+    The files are copied into the run's base dir (the cluster user must read them). The
+    server certificate must name every member's address (127.0.0.x) as an IP SAN.
+    ``client_certfile``/``client_keyfile`` are what the members present to each other
+    (``ctl.certfile``, needed with ``verify_client: required``) and what the harness's own
+    requests present.
+    """
+
+    certfile: Path
+    keyfile: Path
+    cafile: Path
+    client_certfile: Path
+    client_keyfile: Path
+    verify_client: str = "required"
+
+
 @dataclass
 class Member:
     """One Patroni member: static layout plus the live process handles."""
@@ -119,13 +140,20 @@ class Member:
     logs_dir: Path
     pg_port: int = PG_PORT
     api_port: int = API_PORT
+    #: The harness's HTTPS client context when the REST API uses TLS (``None``: HTTP).
+    tls: ssl.SSLContext | None = field(default=None, repr=False)
     _popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _patroni: Proc | None = field(default=None, repr=False)
 
     @property
     def api_url(self) -> str:
         """``http://127.0.0.x:8008`` — Patroni's REST API, what a prober would use."""
-        return f"http://{self.ip}:{self.api_port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://{self.ip}:{self.api_port}"
+
+    def api_get(self, path: str, timeout: float) -> _http.Response:
+        """``GET`` on this member's REST API (over HTTPS with a client certificate if TLS)."""
+        return _http.get(self.ip, self.api_port, path, timeout=timeout, tls=self.tls)
 
     @property
     def data_dir(self) -> Path:
@@ -268,7 +296,7 @@ class LeaderWatch:
             if self._stop.is_set() or time.monotonic() >= self._deadline:
                 return
             try:
-                resp = _http.get(member.ip, member.api_port, "/primary", timeout=0.5)
+                resp = member.api_get("/primary", timeout=0.5)
                 now = time.monotonic()
                 if resp.status == 200:
                     with self._lock:
@@ -332,6 +360,9 @@ class PatroniCluster:
         kill_leftovers: bool = True,
         keep: bool = False,
         fsync: bool = False,
+        restapi_tls: RestApiTLS | None = None,
+        first_ip: int = FIRST_MEMBER_IP,
+        etcd_host: str = ETCD_HOST,
     ) -> None:
         """Describe the cluster; nothing starts before :meth:`start`.
 
@@ -340,9 +371,18 @@ class PatroniCluster:
         ``keep``: leave data and logs on :meth:`stop`. ``fsync`` is off by default: the data is
         thrown away and an OS crash is not among the failures this harness simulates (SIGKILL
         keeps the page cache), while fsync on a slow CI disk costs seconds per start.
+        ``restapi_tls``: serve the REST API over HTTPS (see :class:`RestApiTLS`).
+        ``first_ip``/``etcd_host``: another address block (members on ``127.0.0.<first_ip>``
+        and up, etcd on ``etcd_host``), for a second, small cluster next to the default one.
         """
         if not 1 <= members <= 200:
             raise ValueError("members must be between 1 and 200")
+        if not 2 <= first_ip <= 254 - members:
+            raise ValueError("first_ip must leave room for the members in 127.0.0.2-254")
+        if ipaddress.ip_address(etcd_host) not in ipaddress.ip_network("127.0.0.0/8"):
+            raise ValueError("etcd_host must be a loopback address")
+        self.first_ip, self.etcd_host = first_ip, etcd_host
+        self.restapi_tls = restapi_tls
         if loop_wait + 2 * retry_timeout > ttl:
             raise ValueError("Patroni requires loop_wait + 2 * retry_timeout <= ttl")
         self.scope = scope
@@ -381,14 +421,14 @@ class PatroniCluster:
     @property
     def etcd_url(self) -> str:
         """The DCS endpoint Patroni uses."""
-        return f"http://{ETCD_HOST}:{ETCD_CLIENT_PORT}"
+        return f"http://{self.etcd_host}:{ETCD_CLIENT_PORT}"
 
     @property
     def addresses(self) -> list[tuple[str, int]]:
         """Every (address, port) the cluster listens on."""
-        addrs = [(ETCD_HOST, ETCD_CLIENT_PORT), (ETCD_HOST, ETCD_PEER_PORT)]
+        addrs = [(self.etcd_host, ETCD_CLIENT_PORT), (self.etcd_host, ETCD_PEER_PORT)]
         for i in range(self._n_members):
-            ip = f"127.0.0.{FIRST_MEMBER_IP + i}"
+            ip = f"127.0.0.{self.first_ip + i}"
             addrs += [(ip, PG_PORT), (ip, API_PORT)]
         return addrs
 
@@ -550,13 +590,16 @@ class PatroniCluster:
         log.info("runtime: %s; user %s", self.runtime.source, self.runtime.user.name)
         self._write_marker()
         self._start_watchdog()
+        tls_files = self._copy_tls_files(user.uid, user.gid)
+        client_context = self._client_context(tls_files)
         self.members = []
         for i in range(self._n_members):
             m = Member(
                 name=f"{self.scope}-{i}",
-                ip=f"127.0.0.{FIRST_MEMBER_IP + i}",
+                ip=f"127.0.0.{self.first_ip + i}",
                 dir=self.base_dir / f"{self.scope}-{i}",
                 logs_dir=self.logs_dir,
+                tls=client_context,
             )
             sock = m.socket_dir / f".s.PGSQL.{m.pg_port}"
             if len(str(sock)) > 100:
@@ -570,6 +613,31 @@ class PatroniCluster:
             self.members.append(m)
         if time.monotonic() > deadline:
             raise ClusterError("start timeout used up while preparing")
+
+    def _copy_tls_files(self, uid: int, gid: int) -> dict[str, Path]:
+        """The REST API's TLS files, copied where the cluster user can read them."""
+        if self.restapi_tls is None:
+            return {}
+        directory = self.base_dir / "tls"
+        directory.mkdir(mode=0o700, exist_ok=True)
+        os.chown(directory, uid, gid)
+        copies: dict[str, Path] = {}
+        for name in ("certfile", "keyfile", "cafile", "client_certfile", "client_keyfile"):
+            source: Path = getattr(self.restapi_tls, name)
+            copy = directory / name
+            shutil.copyfile(source, copy)
+            copy.chmod(0o600)
+            os.chown(copy, uid, gid)
+            copies[name] = copy
+        return copies
+
+    def _client_context(self, files: dict[str, Path]) -> ssl.SSLContext | None:
+        """What the harness uses to talk to members over HTTPS (verifies their IP SANs)."""
+        if not files:
+            return None
+        context = ssl.create_default_context(cafile=str(files["cafile"]))
+        context.load_cert_chain(files["client_certfile"], files["client_keyfile"])
+        return context
 
     def _make_base_dir(self, uid: int, gid: int) -> Path:
         if self._given_base_dir is None:
@@ -643,7 +711,7 @@ class PatroniCluster:
         assert self.runtime is not None
         data = self.base_dir / "etcd"
         data.mkdir(mode=0o700, exist_ok=True)
-        peer = f"http://{ETCD_HOST}:{ETCD_PEER_PORT}"
+        peer = f"http://{self.etcd_host}:{ETCD_PEER_PORT}"
         argv = [
             str(self.runtime.etcd),
             "--name=devcluster",
@@ -677,7 +745,7 @@ class PatroniCluster:
                     f"etcd exited with {self._etcd_popen.returncode}; "
                     f"{self.etcd_log}:\n{tail(self.etcd_log)}"
                 )
-            resp = _http.get(ETCD_HOST, ETCD_CLIENT_PORT, "/health", timeout=1)
+            resp = _http.get(self.etcd_host, ETCD_CLIENT_PORT, "/health", timeout=1)
             return resp.status == 200 and resp.json().get("health") == "true"
 
         poll_until(
@@ -699,8 +767,10 @@ class PatroniCluster:
             "restapi": {
                 "listen": f"{m.ip}:{m.api_port}",
                 "connect_address": f"{m.ip}:{m.api_port}",
+                **self._restapi_tls_config(),
             },
-            "etcd3": {"hosts": [f"{ETCD_HOST}:{ETCD_CLIENT_PORT}"]},
+            **self._ctl_tls_config(),
+            "etcd3": {"hosts": [f"{self.etcd_host}:{ETCD_CLIENT_PORT}"]},
             "bootstrap": {
                 "dcs": {
                     "ttl": self.ttl,
@@ -762,6 +832,30 @@ class PatroniCluster:
             "tags": {"nofailover": False, "noloadbalance": False, "clonefrom": False},
         }
 
+    def _restapi_tls_config(self) -> dict[str, str]:
+        if self.restapi_tls is None:
+            return {}
+        tls = self.base_dir / "tls"
+        return {
+            "certfile": str(tls / "certfile"),
+            "keyfile": str(tls / "keyfile"),
+            "cafile": str(tls / "cafile"),
+            "verify_client": self.restapi_tls.verify_client,
+        }
+
+    def _ctl_tls_config(self) -> dict[str, Any]:
+        """What members present when they call each other's REST API (the leader race)."""
+        if self.restapi_tls is None:
+            return {}
+        tls = self.base_dir / "tls"
+        return {
+            "ctl": {
+                "certfile": str(tls / "client_certfile"),
+                "keyfile": str(tls / "client_keyfile"),
+                "cacert": str(tls / "cafile"),
+            }
+        }
+
     def _launch_patroni(self, m: Member) -> None:
         assert self.runtime is not None
         rt = self.runtime
@@ -807,10 +901,10 @@ class PatroniCluster:
     def status(self, name: str, timeout: float = 1.0) -> MemberStatus:
         """GET ``/primary`` and ``/replica`` on one member (their bodies are Patroni's status)."""
         m = self.member(name)
-        primary = _http.get(m.ip, m.api_port, "/primary", timeout=timeout)
+        primary = m.api_get("/primary", timeout=timeout)
         if primary.status == 0:
             return MemberStatus(name, False, False, False, None, None, None, None, primary.error)
-        replica = _http.get(m.ip, m.api_port, "/replica", timeout=timeout)
+        replica = m.api_get("/replica", timeout=timeout)
         body = (replica if replica.status else primary).json()
         return MemberStatus(
             name=name,
@@ -830,13 +924,13 @@ class PatroniCluster:
     def patroni_info(self, name: str, timeout: float = 2.0) -> dict[str, Any]:
         """``GET /patroni`` of a member (full JSON; ``{}`` when it does not answer)."""
         m = self.member(name)
-        return _http.get(m.ip, m.api_port, "/patroni", timeout=timeout).json()
+        return m.api_get("/patroni", timeout=timeout).json()
 
     def primaries(self) -> list[str]:
         """Members that answer 200 on ``/primary`` right now."""
         found = []
         for m in self.members:
-            if _http.get(m.ip, m.api_port, "/primary", timeout=0.5).status == 200:
+            if m.api_get("/primary", timeout=0.5).status == 200:
                 found.append(m.name)
         return found
 
@@ -860,7 +954,7 @@ class PatroniCluster:
         key = f"{NAMESPACE}{self.scope}/leader"
         resp = _http.request(
             "POST",
-            ETCD_HOST,
+            self.etcd_host,
             ETCD_CLIENT_PORT,
             "/v3/kv/range",
             {"key": base64.b64encode(key.encode()).decode()},
@@ -1094,6 +1188,7 @@ class PatroniCluster:
                 "/switchover",
                 {"leader": old, "candidate": candidate},
                 timeout=timeout,
+                tls=leader.tls,
             )
             if resp.status != 200:
                 raise ClusterError(

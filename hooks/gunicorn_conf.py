@@ -15,10 +15,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
 from pathlib import Path
 from typing import Any
 
+from hooks.config import HookSettings
 from hooks.logs import logging_config
+
+# Read (and check) every PGFH_* setting in the master, before any worker forks: a
+# misconfiguration stops the start-up with a message naming the variable.
+_settings = HookSettings.from_env()
 
 bind = os.environ.get("GUNICORN_BIND", "0.0.0.0:8080")
 # cpu_count() would see the node's CPUs, not the container's limit: be explicit.
@@ -40,6 +46,20 @@ accesslog = "-" if os.environ.get("GUNICORN_ACCESS_LOG", "1") == "1" else None
 logconfig_dict = logging_config(
     os.environ.get("PGFH_LOG_FORMAT", "json"), os.environ.get("PGFH_LOG_LEVEL", "INFO").upper()
 )
+# HTTPS (PGFH_TLS_CERT_FILE/PGFH_TLS_KEY_FILE). gunicorn loads the files for every new
+# connection (gthread wraps each accepted socket with a fresh context), so a renewed
+# certificate in the mounted Secret is picked up without a restart.
+if _settings.server_tls is not None:
+    certfile = _settings.server_tls.cert_file
+    keyfile = _settings.server_tls.key_file
+    if _settings.server_tls.client_ca_file:
+        # Ask every client for a certificate and refuse the handshake if one is presented
+        # that the CA did not sign, but let clients without one in: kubelet probes and
+        # Prometheus have none. The app requires one on /sync and /customize
+        # (PGFH_AUTH=mtls or token+mtls).
+        ca_certs = _settings.server_tls.client_ca_file
+        cert_reqs = ssl.CERT_OPTIONAL
+
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms rid=%({x-request-id}o)s'
 
 

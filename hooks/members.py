@@ -42,6 +42,8 @@ class ProbeTarget:
     #: What the path is (for messages) and which roles a leader reports there.
     health_path: str = "/primary"
     leader_roles: frozenset[str] = frozenset({"primary"})
+    #: https only: verify the certificate against this name instead of the IP.
+    server_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

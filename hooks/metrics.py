@@ -16,6 +16,7 @@ from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
     multiprocess,
@@ -31,6 +32,11 @@ PROBES = Counter(
     "pgfh_probes_total",
     "Patroni member probes, by result (leader, not_leader, unreachable).",
     ["result"],
+)
+REFUSED_ADDRESSES = Counter(
+    "pgfh_refused_addresses_total",
+    "Pod IPs not probed because the probe policy refuses them (loopback, metadata, outside "
+    "PGFH_ALLOWED_POD_CIDRS).",
 )
 PRIMARY_CHANGES = Counter(
     "pgfh_primary_changes_total",
@@ -54,6 +60,18 @@ ERRORS = Counter(
     "pgfh_internal_errors_total",
     "Requests answered 500 because of a bug (Metacontroller retries them).",
     ["endpoint"],
+)
+
+
+AUTH_FAILURES = Counter(
+    "pgfh_auth_failures_total",
+    "Calls to /sync or /customize refused for their credentials, by reason.",
+    ["reason"],
+)
+AUTH_TOKENS = Gauge(
+    "pgfh_auth_tokens",
+    "Caller tokens accepted right now (the lowest over live workers): 2 during a rotation.",
+    multiprocess_mode="livemin",
 )
 
 

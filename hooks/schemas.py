@@ -14,6 +14,7 @@ Pure: no I/O, no web framework.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -56,6 +57,37 @@ _DNS_1123_SUBDOMAIN = re.compile(
 )
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _IANA_SVC_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+
+
+#: A JSON string, escapes included (the unrolled form: linear, no backtracking).
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+#: Every byte but the four structural brackets, for ``bytes.translate(None, ...)``.
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def nesting_problem(raw: bytes, limit: int) -> str | None:
+    """Why ``raw`` must not reach the JSON parser (it "nests deeper than …"), or ``None``.
+
+    The check runs *before* parsing so that depth is refused by an explicit rule, not by
+    the parser's recursion limit (``RecursionError`` depends on the thread's stack and on
+    the interpreter, and a parser that recurses 100 000 levels first has already spent
+    the work). It is linear and runs at C speed: strings are cut out, everything but the
+    brackets is dropped, then each pass removes one level of innermost ``[]``/``{}``
+    pairs; ``limit`` passes at most. Brackets that never pair up cannot be JSON.
+    """
+    skeleton = _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    for _ in range(limit):
+        if not skeleton:
+            return None
+        # One level per pass: a pair is first replaced by a marker, so removing "[]"
+        # cannot make a new "{}" pair appear within the same pass.
+        reduced = skeleton.replace(b"[]", b"\0").replace(b"{}", b"\0").replace(b"\0", b"")
+        if reduced == skeleton:
+            return "is not valid JSON: its brackets do not balance"
+        skeleton = reduced
+    if skeleton:
+        return f"nests deeper than {limit} levels"
+    return None
 
 
 class RequestError(ValueError):
@@ -128,6 +160,8 @@ class ClusterSpec:
     read_timeout: float = 1.0
     #: Route only to a member whose ``patroni.name`` equals its pod's name.
     verify_member_name: bool = True
+    #: https: verify the members' certificates against this DNS name, not the pod IP.
+    patroni_server_name: str | None = None
     service_type: str = "ClusterIP"
     service_ports: tuple[ServicePort, ...] = (ServicePort("postgresql", 5432, 5432),)
     service_labels: Mapping[str, str] = field(default_factory=dict)
@@ -197,6 +231,33 @@ def _check_labels(value: Mapping[str, str], *, what: str, values_are_labels: boo
             raise ValidationError(f"{item!r} (for {key!r}) is not a valid label value")
 
 
+def _not_an_address(value: str) -> None:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return
+    raise ValidationError(
+        "must be a DNS name; to verify against the pod IP, leave serverName unset"
+    )
+
+
+class _PatroniTLSSchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    serverName = fields.String(
+        load_default=None,
+        validate=[
+            validate.Length(min=1, max=253),
+            validate.Regexp(
+                _DNS_1123_SUBDOMAIN,
+                error="must be a DNS name (lower case a-z0-9-, dot-separated)",
+            ),
+            _not_an_address,
+        ],
+    )
+
+
 class _PatroniSchema(Schema):
     class Meta:
         unknown = EXCLUDE
@@ -210,6 +271,13 @@ class _PatroniSchema(Schema):
         load_default=1.0, allow_nan=False, validate=validate.Range(min=0.05, max=5)
     )
     memberNameMustMatchPod = _StrictBoolean(load_default=True)
+    tls = fields.Nested(_PatroniTLSSchema, load_default=lambda: _PatroniTLSSchema().load({}))
+
+    @validates_schema
+    def _tls_needs_https(self, data: Mapping[str, Any], **_: Any) -> None:
+        tls = data.get("tls") or {}
+        if tls.get("serverName") is not None and data.get("scheme") != "https":
+            raise ValidationError("serverName is only used with scheme https", "tls")
 
 
 class _PortSchema(Schema):
@@ -504,6 +572,7 @@ class ClusterSpecSchema(Schema):
             connect_timeout=patroni["connectTimeoutSeconds"],
             read_timeout=patroni["readTimeoutSeconds"],
             verify_member_name=patroni["memberNameMustMatchPod"],
+            patroni_server_name=patroni["tls"]["serverName"],
             service_type=service["type"],
             service_ports=tuple(service["ports"]),
             service_labels=dict(service["labels"]),

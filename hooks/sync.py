@@ -26,7 +26,7 @@ import enum
 import ipaddress
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,7 +34,8 @@ from hooks import backup as backups
 from hooks import replicas
 from hooks.config import ResyncTiming
 from hooks.members import MemberStatus, ProbeTarget
-from hooks.schemas import CRONJOB_KEY, ENDPOINTSLICE_KEY, ClusterSpec, SyncRequest
+from hooks.policy import ProbePolicy, effective_address
+from hooks.schemas import CRONJOB_KEY, ENDPOINTSLICE_KEY, ClusterSpec, SpecProblem, SyncRequest
 
 #: The label the StatefulSet controller puts on each of its Pods: unique per namespace,
 #: so a selector that includes it can never select two Pods.
@@ -102,21 +103,61 @@ class SyncOutcome:
 # ------------------------------------------------------------------ probe planning
 
 
-def probe_targets(request: SyncRequest) -> list[ProbeTarget]:
-    """Which members to probe: every related Pod that has an IP address.
+def apply_policy(request: SyncRequest, policy: ProbePolicy) -> SyncRequest:
+    """The request as this hook's probe policy sees it: a spec it refuses is invalid.
 
-    Only the Pod's own IP literal is ever probed (never a hostname, never an address
-    taken from an annotation), on the spec's Patroni port and health path.
+    A Patroni port the hook does not allow, or a primarySelector that matches more Pods
+    than the hook probes per request, makes the spec invalid *for this hook*: nothing is
+    probed, the observed Service is kept, and the SpecValid condition says why (the
+    same path as a spec the schema refuses, so there is one reply shape for "not now").
     """
     spec = request.spec
     if spec is None or request.finalizing:
-        return []
+        return request
+    problems = []
+    port = policy.port_problem(spec.patroni_port)
+    if port is not None:
+        problems.append(SpecProblem("spec.patroni.port", port))
+    members = policy.members_problem(len(request.pods))
+    if members is not None:
+        problems.append(SpecProblem("spec.primarySelector", members))
+    if not problems:
+        return request
+    return replace(request, spec=None, spec_problems=tuple(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class ProbePlan:
+    """What to probe, and the members that are answered without a probe."""
+
+    targets: tuple[ProbeTarget, ...] = ()
+    #: Pods whose address the policy refuses: unreachable, with the reason; nothing sent.
+    refused: Mapping[str, MemberStatus] = field(default_factory=dict)
+
+
+def plan_probes(request: SyncRequest, policy: ProbePolicy) -> ProbePlan:
+    """Which members to probe: every related Pod whose own IP the policy allows.
+
+    Only the Pod's own IP literal is ever probed (never a hostname, never an address
+    taken from an annotation), on the spec's Patroni port and health path. An address
+    the policy refuses (loopback, link-local/metadata, outside the Pod networks) becomes
+    an unreachable member with the reason, and no packet is sent to it.
+    """
+    spec = request.spec
+    if spec is None or request.finalizing:
+        return ProbePlan()
     targets = []
+    refused: dict[str, MemberStatus] = {}
     for name in sorted(request.pods):
         ip = pod_ip(request.pods[name])
         if ip is None:
             continue
-        host = f"[{ip}]" if ip.version == 6 else str(ip)
+        problem = policy.address_problem(ip)
+        if problem is not None:
+            refused[name] = MemberStatus.unknown(name, problem)
+            continue
+        address = effective_address(ip)
+        host = f"[{address}]" if address.version == 6 else str(address)
         url = f"{spec.patroni_scheme}://{host}:{spec.patroni_port}{spec.health_check_path}"
         targets.append(
             ProbeTarget(
@@ -126,9 +167,15 @@ def probe_targets(request: SyncRequest) -> list[ProbeTarget]:
                 read_timeout=spec.read_timeout,
                 health_path=spec.health_check_path,
                 leader_roles=spec.leader_roles,
+                server_name=spec.patroni_server_name,
             )
         )
-    return targets
+    return ProbePlan(tuple(targets), refused)
+
+
+def probe_targets(request: SyncRequest, policy: ProbePolicy | None = None) -> list[ProbeTarget]:
+    """The targets of :func:`plan_probes` (the default policy if none is given)."""
+    return list(plan_probes(request, policy or ProbePolicy()).targets)
 
 
 def pod_ip(pod: Mapping[str, Any]) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

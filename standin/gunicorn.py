@@ -8,14 +8,16 @@ terminate-then-kill teardown that never leaves a process behind.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
@@ -31,15 +33,41 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 @dataclass
 class GunicornHook:
-    """A running hook: its URL, process and log file."""
+    """A running hook: its URL, process and log file, and how to authenticate to it."""
 
     url: str
     process: subprocess.Popen[bytes]
     log_path: Path
     metrics_dir: Path
+    #: The bearer token the hook accepts (``None`` if the caller set PGFH_AUTH itself).
+    token: str | None = None
+    #: Where the hook reads its tokens (a directory: add or remove files to rotate).
+    tokens_dir: Path | None = None
+    #: For https: the CA file that verifies the hook's certificate.
+    verify: str | bool = field(default=True)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What Metacontroller would send, configured with the hook's token Secret."""
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def log_lines(self) -> list[str]:
         return self.log_path.read_text(errors="replace").splitlines()
+
+
+# The stand-in presents a rig hook's token without being told (as Metacontroller presents
+# the Secret named in the CompositeController), so callers that only know the URL work.
+_CREDENTIALS: dict[str, dict[str, str]] = {}
+_CREDENTIALS_LOCK = threading.Lock()
+
+
+def credentials_for(url: str) -> dict[str, str]:
+    """The headers that authenticate to the running rig hook at ``url`` (``{}`` if unknown)."""
+    with _CREDENTIALS_LOCK:
+        for base, headers in _CREDENTIALS.items():
+            if url == base or url.startswith(base + "/"):
+                return dict(headers)
+    return {}
 
 
 @contextmanager
@@ -50,11 +78,28 @@ def gunicorn_hook(
     workers: int = 2,
     threads: int = 8,
     ready_timeout: float = 30.0,
+    ca_file: Path | None = None,
 ) -> Iterator[GunicornHook]:
-    """Start ``gunicorn -c python:hooks.gunicorn_conf 'hooks.app:create_app()'``."""
+    """Start ``gunicorn -c python:hooks.gunicorn_conf 'hooks.app:create_app()'``.
+
+    Caller authentication is on, as in production: unless ``env`` sets ``PGFH_AUTH``
+    itself, a random token is written to ``<workdir>/auth/token`` and returned in
+    :attr:`GunicornHook.token`. With ``PGFH_TLS_CERT_FILE`` in ``env`` the hook serves
+    HTTPS; ``ca_file`` verifies it.
+    """
     port = free_port()
     metrics_dir = workdir / "metrics"
     log_path = workdir / "gunicorn.log"
+    env = dict(env or {})
+    token: str | None = None
+    tokens_dir: Path | None = None
+    if "PGFH_AUTH" not in env:
+        tokens_dir = workdir / "auth"
+        tokens_dir.mkdir(mode=0o700, exist_ok=True)
+        token = secrets.token_urlsafe(32)
+        (tokens_dir / "token").write_text(token + "\n")
+        env.setdefault("PGFH_AUTH_TOKENS_PATH", str(tokens_dir))
+    scheme = "https" if env.get("PGFH_TLS_CERT_FILE") else "http"
     environment = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("PGFH_", "GUNICORN_"))},
         "GUNICORN_BIND": f"127.0.0.1:{port}",
@@ -62,7 +107,10 @@ def gunicorn_hook(
         "GUNICORN_THREADS": str(threads),
         "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
         "PYTHONUNBUFFERED": "1",
-        **(env or {}),
+        # The local Patroni cluster and the fakes are on loopback, which the hook never
+        # probes unless told to, explicitly: the rig tells it (production sets its Pod CIDR).
+        "PGFH_ALLOWED_POD_CIDRS": "127.0.0.0/8",
+        **env,
     }
     gunicorn = Path(sys.executable).with_name("gunicorn")
     with open(log_path, "wb") as log:
@@ -74,7 +122,16 @@ def gunicorn_hook(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    hook = GunicornHook(f"http://127.0.0.1:{port}", process, log_path, metrics_dir)
+    verify: str | bool = str(ca_file) if ca_file is not None else True
+    hook = GunicornHook(
+        f"{scheme}://127.0.0.1:{port}",
+        process,
+        log_path,
+        metrics_dir,
+        token=token,
+        tokens_dir=tokens_dir,
+        verify=verify,
+    )
     try:
         deadline = time.monotonic() + ready_timeout
         while True:
@@ -83,7 +140,10 @@ def gunicorn_hook(
                     f"gunicorn exited {process.returncode}:\n{log_path.read_text()[-3000:]}"
                 )
             try:
-                if requests.get(f"{hook.url}/readyz", timeout=0.5).status_code == 200:
+                if (
+                    requests.get(f"{hook.url}/readyz", timeout=0.5, verify=verify).status_code
+                    == 200
+                ):
                     break
             except requests.RequestException:
                 pass
@@ -92,8 +152,12 @@ def gunicorn_hook(
                     f"gunicorn not ready in {ready_timeout} s:\n{log_path.read_text()[-3000:]}"
                 )
             time.sleep(0.05)
+        with _CREDENTIALS_LOCK:
+            _CREDENTIALS[hook.url] = hook.headers
         yield hook
     finally:
+        with _CREDENTIALS_LOCK:
+            _CREDENTIALS.pop(hook.url, None)
         stop(process)
 
 

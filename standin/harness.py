@@ -14,7 +14,7 @@ same thing. Kubernetes is modelled only where the hook can see it:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,10 +146,12 @@ def start_rig(
     *,
     resync_period: float = 30.0,
     on_record: Callable[[SyncRecord], None] | None = None,
+    headers: Mapping[str, str] | None = None,
     spec: dict[str, Any] | None = None,
 ) -> Rig:
     """Start the stand-in for ``cluster`` against the hook at ``hook_url``.
 
+    ``headers`` authenticate the calls; by default those of the rig hook at ``hook_url``.
     ``spec`` replaces the seed spec (e.g. to add ``replicaService``); records then also
     carry the Pods that the read-only Service ``READ_ONLY_SERVICE`` routes to.
     """
@@ -161,6 +163,7 @@ def start_rig(
         service_name=SERVICE,
         resync_period=resync_period,
         on_record=on_record,
+        headers=headers,
         read_only_service=READ_ONLY_SERVICE,
     )
     standin.start()

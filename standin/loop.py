@@ -14,13 +14,14 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import requests
 
 from standin.apply import Applied, HookError, World, apply_reply, check_reply
+from standin.gunicorn import credentials_for
 
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 
@@ -65,7 +66,10 @@ class MetacontrollerStandIn:
         max_backoff: float = 2.0,
         on_record: Callable[[SyncRecord], None] | None = None,
         read_only_service: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
+        """``headers`` go with every call (``Authorization``); by default, those of the rig
+        hook running at ``hook_url`` (:func:`standin.gunicorn.credentials_for`)."""
         self.hook_url = hook_url.rstrip("/")
         self.world = world
         self.service_name = service_name
@@ -81,6 +85,9 @@ class MetacontrollerStandIn:
         self._thread: threading.Thread | None = None
         self._session = requests.Session()
         self._session.trust_env = False
+        self._session.headers.update(
+            credentials_for(self.hook_url) if headers is None else dict(headers)
+        )
         self.related_selector: dict[str, str] | None = None
 
     # ----------------------------------------------------------------- control

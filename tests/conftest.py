@@ -11,7 +11,7 @@ from flask.testing import FlaskClient
 
 from hooks.app import create_app
 from hooks.config import HookSettings
-from tests.helpers import FakeProber
+from tests.helpers import NO_AUTH, FakeProber
 
 # The real 3-member Patroni cluster (session scope): see tests/patroni_fixtures.py.
 pytest_plugins = ["tests.patroni_fixtures"]
@@ -27,7 +27,7 @@ def prober() -> FakeProber:
 
 @pytest.fixture
 def app(prober: FakeProber) -> Iterator[Flask]:
-    flask_app = create_app(settings=HookSettings(), prober=prober, clock=lambda: NOW)
+    flask_app = create_app(settings=HookSettings(auth=NO_AUTH), prober=prober, clock=lambda: NOW)
     flask_app.config["TESTING"] = True
     yield flask_app
 

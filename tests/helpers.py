@@ -8,7 +8,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hooks.config import AuthSettings
 from hooks.members import MemberStatus, ProbeTarget
+
+#: For tests of what the hook answers, not of who may ask: the app's default requires a
+#: bearer token (tests/test_security.py covers that).
+NO_AUTH = AuthSettings(mode="none")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "metacontroller"
 SYNC_FIXTURES = sorted(
@@ -340,6 +345,27 @@ INVALID_SPECS: list[tuple[str, object, str]] = [
     ("port true", seed_spec(patroni={"port": True}), "spec.patroni.port"),
     ("port a float", seed_spec(patroni={"port": 8008.5}), "spec.patroni.port"),
     ("scheme ftp", seed_spec(patroni={"scheme": "ftp"}), "spec.patroni.scheme"),
+    (
+        "serverName with http",
+        seed_spec(patroni={"tls": {"serverName": "pg-orders.databases.svc"}}),
+        "spec.patroni.tls",
+    ),
+    (
+        "serverName an IP",
+        seed_spec(patroni={"scheme": "https", "tls": {"serverName": "10.244.1.17"}}),
+        "spec.patroni.tls.serverName",
+    ),
+    (
+        "serverName upper case",
+        seed_spec(patroni={"scheme": "https", "tls": {"serverName": "PG.example"}}),
+        "spec.patroni.tls.serverName",
+    ),
+    (
+        "serverName with a scheme",
+        seed_spec(patroni={"scheme": "https", "tls": {"serverName": "https://pg.example"}}),
+        "spec.patroni.tls.serverName",
+    ),
+    ("tls a string", seed_spec(patroni={"scheme": "https", "tls": "on"}), "spec.patroni.tls"),
     ("scheme HTTP", seed_spec(patroni={"scheme": "HTTP"}), "spec.patroni.scheme"),
     (
         "connect timeout 0",

@@ -24,10 +24,11 @@ from flask.testing import FlaskClient
 from hooks.app import create_app
 from hooks.config import HookSettings, ResyncTiming
 from hooks.patroni import PatroniProber
+from hooks.policy import ProbePolicy, parse_networks, parse_ports
 from tests import fakes
 from tests.conftest import NOW
 from tests.fakes import Behaviour, FakeCluster, FakeMember
-from tests.helpers import fixture
+from tests.helpers import NO_AUTH, fixture
 
 DEADLINE = 1.0
 #: A sync may take the probe deadline plus this much; Metacontroller's timeout is 5 s.
@@ -43,9 +44,16 @@ POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 REPLY_KEYS = {"status", "children", "resyncAfterSeconds", "finalized"}
 
 
+#: The fakes listen on 127.0.0.10-12 on an ephemeral port: allow exactly that, explicitly
+#: (the default policy refuses loopback and every port but 8008).
+LOOPBACK_FAKES = ProbePolicy(
+    allowed_ports=parse_ports("1024-65535"), allowed_networks=parse_networks("127.0.0.0/8")
+)
+
+
 @pytest.fixture
 def real_prober() -> Iterator[PatroniProber]:
-    prober = PatroniProber(deadline=DEADLINE, max_body_bytes=CAP, threads=16)
+    prober = PatroniProber(deadline=DEADLINE, max_body_bytes=CAP, threads=16, policy=LOOPBACK_FAKES)
     yield prober
     prober.close()
 
@@ -57,6 +65,8 @@ def hook(real_prober: PatroniProber) -> FlaskClient:
         max_probe_body_bytes=CAP,
         max_request_bytes=MAX_REQUEST,
         resync=TIMING,
+        probe_policy=LOOPBACK_FAKES,
+        auth=NO_AUTH,
     )
     app: Flask = create_app(settings=settings, prober=real_prober, clock=lambda: NOW)
     app.config["TESTING"] = True
@@ -282,7 +292,22 @@ BAD_REQUESTS = [
         "request body is not valid JSON: NaN is not JSON",
     ),
     ("empty-body", "POST", "/sync", b"", 400, "empty request body: expected a JSON object"),
-    ("deep-nesting", "POST", "/sync", b"[" * 100_000, 400, "request body nests too deeply"),
+    (
+        "deep-nesting",
+        "POST",
+        "/sync",
+        b"[" * 100_000 + b"]" * 100_000,
+        400,
+        "request body nests deeper than 64 levels",
+    ),
+    (
+        "deep-unbalanced",
+        "POST",
+        "/sync",
+        b"[" * 100_000,
+        400,
+        "request body is not valid JSON: its brackets do not balance",
+    ),
     ("not-utf8", "POST", "/sync", b'{"a": "\xff"}', 400, "request body is not UTF-8"),
     ("too-large", "POST", "/sync", b" " * (MAX_REQUEST + 1), 413, TOO_LARGE),
     (

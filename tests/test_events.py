@@ -23,7 +23,7 @@ from hooks.config import HookSettings, ResyncTiming
 from hooks.events import EventEmitter, event_for
 from hooks.schemas import load_sync_request
 from hooks.sync import reconcile
-from tests.helpers import FakeProber, fixture, leader, replica
+from tests.helpers import NO_AUTH, FakeProber, fixture, leader, replica
 
 NOW = datetime(2026, 8, 20, 10, 0, 0, tzinfo=UTC)
 
@@ -108,7 +108,10 @@ def test_a_primary_change_records_one_normal_event_on_the_cluster(
 ) -> None:
     emitter = emitter_for(api_server)
     app = create_app(
-        HookSettings(), prober=FakeProber(failover_answers()), clock=lambda: NOW, events=emitter
+        HookSettings(auth=NO_AUTH),
+        prober=FakeProber(failover_answers()),
+        clock=lambda: NOW,
+        events=emitter,
     )
     response = app.test_client().post("/sync", json=fixture("sync-service-selects-old-leader.json"))
     assert response.status_code == 200
@@ -127,7 +130,10 @@ def test_two_replicas_seeing_the_same_transition_record_it_once(api_server: Fake
     emitters = [emitter_for(api_server), emitter_for(api_server)]
     for emitter in emitters:
         app = create_app(
-            HookSettings(), prober=FakeProber(failover_answers()), clock=lambda: NOW, events=emitter
+            HookSettings(auth=NO_AUTH),
+            prober=FakeProber(failover_answers()),
+            clock=lambda: NOW,
+            events=emitter,
         )
         app.test_client().post("/sync", json=fixture("sync-service-selects-old-leader.json"))
     wait_for(lambda: len(api_server.paths) == 2)
@@ -150,7 +156,10 @@ def test_a_hung_api_server_does_not_delay_the_sync(api_server: FakeEventsApi) ->
     api_server.hang.set()
     emitter = emitter_for(api_server)
     app = create_app(
-        HookSettings(), prober=FakeProber(failover_answers()), clock=lambda: NOW, events=emitter
+        HookSettings(auth=NO_AUTH),
+        prober=FakeProber(failover_answers()),
+        clock=lambda: NOW,
+        events=emitter,
     )
     started = time.monotonic()
     response = app.test_client().post("/sync", json=fixture("sync-service-selects-old-leader.json"))

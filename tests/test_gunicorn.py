@@ -35,14 +35,18 @@ def sync_body() -> dict[str, Any]:
     return body
 
 
+#: The members in ``sync_body`` point at a closed ephemeral port: allow those ports.
+EPHEMERAL_PORTS = {"PGFH_ALLOWED_PATRONI_PORTS": "1024-65535"}
+
+
 @pytest.fixture(scope="module")
 def hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornHook]:
-    with gunicorn_hook(tmp_path_factory.mktemp("gunicorn")) as running:
+    with gunicorn_hook(tmp_path_factory.mktemp("gunicorn"), env=EPHEMERAL_PORTS) as running:
         yield running
 
 
 def test_sync_under_gunicorn_keeps_the_service_when_no_member_answers(hook: GunicornHook) -> None:
-    response = requests.post(f"{hook.url}/sync", json=sync_body(), timeout=5)
+    response = requests.post(f"{hook.url}/sync", json=sync_body(), timeout=5, headers=hook.headers)
     assert response.status_code == 200
     reply = response.json()
     assert [c["metadata"]["name"] for c in reply["children"]] == ["pg-orders-primary"]
@@ -55,7 +59,10 @@ def test_sync_under_gunicorn_keeps_the_service_when_no_member_answers(hook: Guni
 
 def test_every_log_line_is_json_and_sync_lines_name_the_cluster(hook: GunicornHook) -> None:
     requests.post(
-        f"{hook.url}/sync", json=sync_body(), timeout=5, headers={"X-Request-Id": "req-123"}
+        f"{hook.url}/sync",
+        json=sync_body(),
+        timeout=5,
+        headers={**hook.headers, "X-Request-Id": "req-123"},
     )
     time.sleep(0.2)
     records = [json.loads(line) for line in hook.log_lines() if line.strip()]
@@ -82,7 +89,10 @@ def test_metrics_add_up_across_worker_processes(hook: GunicornHook) -> None:
 
     before = replies()
     for _ in range(20):  # spread over both workers by the kernel's accept balancing
-        assert requests.post(f"{hook.url}/sync", json=sync_body(), timeout=5).status_code == 200
+        response = requests.post(
+            f"{hook.url}/sync", json=sync_body(), timeout=5, headers=hook.headers
+        )
+        assert response.status_code == 200
     assert replies() == before + 20
     pid_files = {p.name.split("_")[-1] for p in Path(hook.metrics_dir).glob("*.db")}
     assert len(pid_files) >= 1

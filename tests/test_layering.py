@@ -9,8 +9,8 @@ Test design notes
      is weakened (a core module or a forbidden package dropped from it, or indirect
      imports allowed).
   2. An AST scan of the source files follows every ``hooks.*`` import of
-     ``hooks/sync.py``, ``hooks/members.py``, ``hooks/schemas.py``, ``hooks/replicas.py``
-     and ``hooks/backup.py`` transitively
+     ``hooks/sync.py``, ``hooks/members.py``, ``hooks/schemas.py``, ``hooks/policy.py``,
+     ``hooks/replicas.py`` and ``hooks/backup.py`` transitively
      (``hooks/__init__.py`` included, since importing any submodule runs it), and
      collects every top-level package named in ``import``/``from ... import``
      statements, wherever they are (inside functions and ``TYPE_CHECKING`` blocks too).
@@ -34,7 +34,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 HOOKS = ROOT / "hooks"
-CORE = ("hooks.sync", "hooks.members", "hooks.schemas", "hooks.replicas", "hooks.backup")
+CORE = (
+    "hooks.sync",
+    "hooks.members",
+    "hooks.schemas",
+    "hooks.policy",
+    "hooks.replicas",
+    "hooks.backup",
+)
 FORBIDDEN = (
     "flask",
     "werkzeug",
@@ -161,6 +168,7 @@ def test_the_core_reaches_only_the_pure_hooks_modules() -> None:
         "hooks.config",
         "hooks.replicas",
         "hooks.backup",
+        "hooks.policy",
     }
 
 
@@ -193,7 +201,8 @@ def test_the_scanner_resolves_relative_imports(
 def test_importing_the_core_in_a_fresh_interpreter_loads_no_forbidden_package() -> None:
     probe = (
         "import sys\n"
-        "import hooks.sync, hooks.members, hooks.schemas, hooks.replicas, hooks.backup\n"
+        "import hooks.sync, hooks.members, hooks.schemas, hooks.policy\n"
+        "import hooks.replicas, hooks.backup\n"
         f"forbidden = {FORBIDDEN!r}\n"
         "bad = [m for m in sys.modules for b in forbidden if m == b or m.startswith(b + '.')]\n"
         "print(','.join(sorted(bad)))\n"

@@ -2,7 +2,8 @@
 
 Test design notes:
 
-* ``kubectl kustomize`` renders ``deploy/`` and ``deploy/events/``; every rendered object is
+* ``kubectl kustomize`` renders ``deploy/``, ``deploy/events/`` and ``deploy/mtls/``; every
+  rendered object is
   validated against the Kubernetes 1.32 OpenAPI schemas bundled in kubernetes-validate
   (strict: unknown fields are errors). The kinds it has no schema for (the CompositeController
   instance) are listed explicitly and checked by their own tests, never skipped.
@@ -52,6 +53,7 @@ HELM_VALUES = REPO / "deploy" / "metacontroller-values.yaml"
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 DEPLOY_DOC = REPO / "docs" / "deploy.md"
+SECURITY_DOC = REPO / "docs" / "security.md"
 FIXTURES = REPO / "tests" / "fixtures" / "metacontroller"
 
 NAMESPACE = "pg-failover-hook"
@@ -78,6 +80,12 @@ SCRAPER_NAMESPACE_SELECTORS = [
     {"kubernetes.io/metadata.name": "monitoring"},
     {"pg-failover-hook.adg.io/metrics-scraper": "true"},
 ]
+
+#: Every kustomization a cluster admin may apply.
+TARGETS = ["deploy", "deploy/events", "deploy/mtls"]
+#: The Secret with the caller tokens: Metacontroller sends its key "token", the hook mounts it.
+AUTH_SECRET = "pg-failover-hook-auth"
+AUTH_MOUNT = "/etc/pg-failover-hook/auth"
 
 CLUSTER_SCOPED_KINDS = {
     "Namespace",
@@ -389,7 +397,7 @@ def test_a_missing_tool_fails_the_test_instead_of_skipping_it() -> None:
         _tool("kubectl-for-tests-that-never-exists", "install kubectl-for-tests-that-never-exists")
 
 
-@pytest.mark.parametrize("target", ["deploy", "deploy/events"])
+@pytest.mark.parametrize("target", TARGETS)
 def test_kustomize_renders_and_every_object_validates(target: str) -> None:
     objects = rendered(target)
     assert objects, f"kubectl kustomize {target} rendered nothing"
@@ -426,7 +434,7 @@ def test_kubernetes_validate_negative_control() -> None:
 
 
 def test_every_object_is_labelled_and_namespaced_correctly() -> None:
-    for target in ("deploy", "deploy/events"):
+    for target in TARGETS:
         for obj in rendered(target):
             ident = f"{target}: {obj['kind']}/{obj['metadata']['name']}"
             labels = obj["metadata"].get("labels") or {}
@@ -450,6 +458,7 @@ def test_base_contains_the_expected_objects() -> None:
             ("NetworkPolicy", "pg-failover-hook-egress"),
             ("NetworkPolicy", "pg-failover-hook-ingress"),
             ("PodDisruptionBudget", HOOK_NAME),
+            ("Secret", AUTH_SECRET),
             ("Service", HOOK_NAME),
             ("ServiceAccount", HOOK_NAME),
         ]
@@ -520,6 +529,10 @@ def test_the_crd_spec_and_the_hooks_marshmallow_schema_name_the_same_fields() ->
     readers = {
         "spec": (spec, schemas.ClusterSpecSchema()),
         "spec.patroni": (spec["patroni"]["properties"], schemas._PatroniSchema()),
+        "spec.patroni.tls": (
+            spec["patroni"]["properties"]["tls"]["properties"],
+            schemas._PatroniTLSSchema(),
+        ),
         "spec.service": (spec["service"]["properties"], schemas._ServiceTemplateSchema()),
         "spec.service.ports[]": (
             spec["service"]["properties"]["ports"]["items"]["properties"],
@@ -560,7 +573,9 @@ def test_crd_fields_are_the_contract() -> None:
         "connectTimeoutSeconds",
         "readTimeoutSeconds",
         "memberNameMustMatchPod",
+        "tls",
     }
+    assert set(spec["properties"]["patroni"]["properties"]["tls"]["properties"]) == {"serverName"}
     service = spec["properties"]["service"]["properties"]
     assert set(service) == {"type", "ports", "labels", "annotations"}
     assert set(service["ports"]["items"]["properties"]) == {
@@ -929,6 +944,99 @@ def test_compositecontroller_urls_reach_the_hook_service() -> None:
         assert container_ports[port["targetPort"]] == 8080
 
 
+# ------------------------------------------------------------- caller authentication
+
+WEBHOOK_AUTH_FIELDS = {"caBundle", "clientTLS", "authorization", "basicAuth"}
+
+
+def _env(target: str) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in _hook_container(target)["env"]}
+
+
+def _mounts(target: str) -> dict[str, dict[str, Any]]:
+    """mountPath -> the mounted volume, for the hook container."""
+    volumes = {v["name"]: v for v in _hook_pod_spec(target)["volumes"]}
+    mounts = {}
+    for mount in _hook_container(target)["volumeMounts"]:
+        assert "subPath" not in mount, "a subPath mount never sees a rotated Secret"
+        mounts[mount["mountPath"]] = volumes[mount["name"]]
+    return mounts
+
+
+def _secret_mounted_at(target: str, path: str) -> dict[str, Any]:
+    """The ``secret`` volume source whose mount holds ``path``."""
+    for mount_path, volume in _mounts(target).items():
+        if path == mount_path or path.startswith(mount_path.rstrip("/") + "/"):
+            source: dict[str, Any] = volume["secret"]
+            return source
+    raise AssertionError(f"{path} is on no mounted Secret")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_hook_call_carries_the_token_the_hook_mounts(target: str) -> None:
+    from hooks.config import HookSettings
+
+    objects = rendered(target)
+    controller = find(objects, "CompositeController")
+    validate_cr(controller, compositecontroller_schema())
+    assert pruned_fields(controller, compositecontroller_schema()) == []
+    (entry,) = controller["spec"]["endpointConfigs"]
+    for name, hook in controller["spec"]["hooks"].items():
+        webhook = hook["webhook"]
+        # Metacontroller matches endpointConfigs[].host against the URL's host[:port], and any
+        # auth field set on the webhook itself would replace the whole entry.
+        assert entry["host"] == urlsplit(webhook["url"]).netloc, name
+        assert not WEBHOOK_AUTH_FIELDS & set(webhook), name
+    assert entry["authorization"] == {
+        "type": "Bearer",
+        "secretRef": {"name": AUTH_SECRET, "namespace": NAMESPACE, "key": "token"},
+    }
+    settings = HookSettings.from_env(_env(target))
+    assert settings.auth.tokens_required
+    assert settings.auth.tokens_path == AUTH_MOUNT
+    secret_volume = _secret_mounted_at(target, settings.auth.tokens_path)
+    assert secret_volume["secretName"] == AUTH_SECRET
+    assert secret_volume["defaultMode"] == 0o440
+    assert "items" not in secret_volume, "every key of the Secret is a token (rotation)"
+
+
+def test_the_token_secret_ships_without_a_token() -> None:
+    secret = find(rendered("deploy"), "Secret", AUTH_SECRET)
+    assert secret["metadata"]["namespace"] == NAMESPACE
+    assert not {"data", "stringData"} & set(secret), "a token in git is everyone's token"
+
+
+def test_the_mtls_overlay_adds_tls_and_client_certificates() -> None:
+    from hooks.config import HookSettings
+
+    controller = find(rendered("deploy/mtls"), "CompositeController")
+    (entry,) = controller["spec"]["endpointConfigs"]
+    for name, hook in controller["spec"]["hooks"].items():
+        assert urlsplit(hook["webhook"]["url"]).scheme == "https", name
+    settings = HookSettings.from_env(_env("deploy/mtls"))
+    assert settings.auth.mode == "token+mtls"
+    assert settings.auth.client_names == {"metacontroller"}
+    server_tls = settings.server_tls
+    assert server_tls is not None and server_tls.client_ca_file is not None
+    # Metacontroller verifies the hook with the CA of the Secret the hook serves from.
+    serving = _secret_mounted_at("deploy/mtls", server_tls.cert_file)
+    assert _secret_mounted_at("deploy/mtls", server_tls.key_file) == serving
+    assert entry["caBundle"] == {
+        "secretRef": {"name": serving["secretName"], "namespace": NAMESPACE, "key": "ca.crt"}
+    }
+    # The client CA is mounted alone: the hook never holds Metacontroller's private key.
+    client_ca = _secret_mounted_at("deploy/mtls", server_tls.client_ca_file)
+    assert client_ca["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    assert entry["clientTLS"]["secretRef"]["namespace"] == METACONTROLLER_NAMESPACE
+    assert entry["clientTLS"]["secretRef"]["name"] != client_ca["secretName"]
+    container = _hook_container("deploy/mtls")
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["scheme"] == "HTTPS", probe
+    # Everything else is the base.
+    base = {(o["kind"], o["metadata"]["name"]) for o in rendered("deploy")}
+    assert {(o["kind"], o["metadata"]["name"]) for o in rendered("deploy/mtls")} == base
+
+
 # ------------------------------------------------------------------ the hook Deployment
 
 
@@ -980,7 +1088,7 @@ def restricted_problems(pod: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("target", ["deploy", "deploy/events"])
+@pytest.mark.parametrize("target", TARGETS)
 def test_deployment_meets_the_restricted_policy(target: str) -> None:
     assert restricted_problems(_hook_pod_spec(target)) == []
 
@@ -1022,6 +1130,9 @@ def test_deployment_shape() -> None:
         "GUNICORN_WORKERS": "2",
         "GUNICORN_THREADS": "16",
         "PROMETHEUS_MULTIPROC_DIR": "/run/metrics",
+        "PGFH_AUTH": "token",
+        "PGFH_AUTH_TOKENS_PATH": AUTH_MOUNT,
+        "PGFH_ALLOWED_PATRONI_PORTS": "8008",
     }
 
 
@@ -1067,9 +1178,13 @@ def test_writable_paths_are_memory_emptydirs() -> None:
     container = _hook_container()
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    writable = {
+        m["mountPath"]: m["name"] for m in container["volumeMounts"] if not m.get("readOnly")
+    }
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert set(mounts) == {"/tmp", env["PROMETHEUS_MULTIPROC_DIR"]}
-    for path, name in mounts.items():
+    assert set(writable) == {"/tmp", env["PROMETHEUS_MULTIPROC_DIR"]}
+    assert set(mounts) - set(writable) == {AUTH_MOUNT}, "the only other mount: the tokens"
+    for path, name in writable.items():
         empty_dir = volumes[name]["emptyDir"]
         assert empty_dir["medium"] == "Memory", path
         assert empty_dir["sizeLimit"], path
@@ -1181,7 +1296,7 @@ def ingress_problems(objects: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("target", ["deploy", "deploy/events"])
+@pytest.mark.parametrize("target", TARGETS)
 def test_networkpolicy_admits_only_metacontroller_and_monitoring(target: str) -> None:
     assert ingress_problems(rendered(target)) == []
 
@@ -1222,9 +1337,35 @@ def test_egress_allows_patroni_and_dns_and_events_add_the_api_server() -> None:
                     ports |= {(p["protocol"], p["port"]) for p in rule["ports"]}
         return ports
 
-    base = {("TCP", 8008), ("UDP", 53), ("TCP", 53)}
+    # The base reaches Patroni only: no DNS (the hook connects to IP literals only), no API
+    # server. The Events overlay adds what its Kubernetes client needs.
+    base = {("TCP", 8008)}
     assert egress_ports(rendered("deploy")) == base
-    assert egress_ports(rendered("deploy/events")) == base | {("TCP", 443), ("TCP", 6443)}
+    assert egress_ports(rendered("deploy/mtls")) == base
+    assert egress_ports(rendered("deploy/events")) == base | {
+        ("TCP", 443),
+        ("TCP", 6443),
+        ("UDP", 53),
+        ("TCP", 53),
+    }
+
+
+def test_egress_to_patroni_is_exactly_the_ports_the_hook_may_probe() -> None:
+    from hooks.config import HookSettings
+
+    for target in TARGETS:
+        env = {e["name"]: e.get("value", "") for e in _hook_container(target)["env"]}
+        allowed = HookSettings.from_env(env).probe_policy.allowed_ports
+        patroni_rules = [
+            rule
+            for policy in find_all(rendered(target), "NetworkPolicy")
+            if policy["metadata"]["name"] == "pg-failover-hook-egress"
+            for rule in policy["spec"]["egress"]
+        ]
+        ports = {p["port"] for rule in patroni_rules for p in rule["ports"]}
+        assert ports == allowed, target
+        # Pods only (a namespaceSelector peer): never an ipBlock that could reach metadata.
+        assert all(rule["to"] == [{"namespaceSelector": {}}] for rule in patroni_rules), target
 
 
 # --------------------------------------------------------------------- Events overlay
@@ -1454,3 +1595,18 @@ def test_deploy_doc_documents_every_cr_field() -> None:
         assert f"`{path}`" in text, f"{path} is missing from the CR reference in docs/deploy.md"
     assert "kubectl apply -k deploy/" in text
     assert "oci://ghcr.io/metacontroller/metacontroller-helm --version 4.17.2" in text
+
+
+def test_security_doc_is_linked_and_documents_every_security_setting() -> None:
+    assert "(security.md)" in DEPLOY_DOC.read_text(encoding="utf-8")
+    text = SECURITY_DOC.read_text(encoding="utf-8")
+    config = (REPO / "hooks" / "config.py").read_text(encoding="utf-8")
+    names = set(re.findall(r'"(PGFH_[A-Z_]+)"', config))  # the names from_env reads
+    security = {
+        n for n in names if re.search(r"AUTH|TLS|ALLOWED|PATRONI_|MAX_(MEMBERS|REQUEST|JSON)", n)
+    }
+    assert len(security) == 14, sorted(security)
+    missing = sorted(n for n in security if f"`{n}`" not in text)
+    assert missing == [], f"not in docs/security.md: {missing}"
+    for heading in ("## Threat model", "## Hardening checklist", "### Rotating the token"):
+        assert heading in text

@@ -1195,6 +1195,15 @@ def test_probe_targets_follow_the_specs_scheme_port_path_and_timeouts() -> None:
     ]
 
 
+def test_probe_targets_carry_the_tls_server_name() -> None:
+    spec = seed_spec(patroni={"scheme": "https", "tls": {"serverName": "pg-orders.databases.svc"}})
+    request = load_sync_request(sync_body(spec=spec, pods=[make_pod(P1)]))
+    (target,) = probe_targets(request)
+    assert target.url == f"https://{member_ip(P1)}:8008/primary"
+    assert target.server_name == "pg-orders.databases.svc"
+    assert probe_targets(load_sync_request(sync_body(pods=[make_pod(P1)])))[0].server_name is None
+
+
 @pytest.mark.parametrize(
     ("pod_ip", "host"),
     [
