@@ -40,6 +40,7 @@ from tests.readonly_helpers import (
 from tests.test_manifests import (
     EXAMPLE_FULL,
     K8S_VERSION,
+    K8S_VERSIONS,
     crd_schema,
     load_one,
     pruned_fields,
@@ -117,16 +118,19 @@ def test_the_samples_cover_every_child_kind_and_shape() -> None:
     assert any(c["spec"].get("suspend") is True for _, c in SAMPLES if c["kind"] == "CronJob")
 
 
+@pytest.mark.parametrize("version", K8S_VERSIONS)
 @pytest.mark.parametrize(("what", "child"), SAMPLES, ids=[w for w, _ in SAMPLES])
-def test_every_emitted_child_validates_strictly(what: str, child: dict[str, Any]) -> None:
+def test_every_emitted_child_validates_strictly(
+    what: str, child: dict[str, Any], version: str
+) -> None:
     obj = copy.deepcopy(child)
     # What Metacontroller adds before it creates the object.
     obj["metadata"].setdefault("labels", {})["controller-uid"] = "6f1d8c3e"
     try:
-        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        kubernetes_validate.validate(obj, version, strict=True)
     except kubernetes_validate.ValidationError as error:
         where = ".".join(str(p) for p in error.path)
-        pytest.fail(f"{what} is invalid for Kubernetes {K8S_VERSION}: {where}: {error.message}")
+        pytest.fail(f"{what} is invalid for Kubernetes {version}: {where}: {error.message}")
 
 
 def test_strict_validation_negative_control() -> None:
