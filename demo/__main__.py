@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-switchover", action="store_true", help="only the kill")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
+    # Ctrl-C must clean up even when the demo was started with SIGINT ignored (e.g. `make
+    # demo &` from a script): restore Python's own handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     print(
         "pg-failover-hook demo: a real Patroni failover, followed by the real hook.\n"
         "Needs: Linux, Python 3.11+ with venv; everything else came from PyPI into .venv.\n"
