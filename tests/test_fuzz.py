@@ -48,7 +48,15 @@ from hooks.config import HookSettings
 from hooks.members import MemberStatus, ProbeTarget
 from standin.apply import HookError, check_reply
 from tests.conftest import NOW
-from tests.helpers import NO_AUTH, SYNC_FIXTURES, FakeProber, fixture, leader, replica
+from tests.helpers import (
+    NO_AUTH,
+    SYNC_FIXTURES,
+    FakeProber,
+    fixture,
+    leader,
+    many_pods,
+    replica,
+)
 
 SCALE = int(os.environ.get("PGFH_FUZZ_SCALE", "1"))
 MAX_REQUEST = HookSettings().max_request_bytes  # the production default
@@ -421,22 +429,6 @@ def test_raw_bytes(client: FlaskClient, data: bytes) -> None:
 
 
 # ------------------------------------------------------------- request size
-
-
-def many_pods(count: int) -> dict[str, Any]:
-    """The recorded request with ``count`` realistic Pods (clones of the recorded ones)."""
-    body = fixture("sync-service-selects-old-leader.json")
-    recorded = list(body["related"]["Pod.v1"].values())
-    pods = {}
-    for index in range(count):
-        pod = copy.deepcopy(recorded[index % len(recorded)]) if index >= 3 else recorded[index]
-        name = f"pg-orders-{index}"
-        pod["metadata"]["name"] = name
-        pod["metadata"]["labels"]["statefulset.kubernetes.io/pod-name"] = name
-        pod["status"]["podIP"] = f"10.244.{index // 250}.{index % 250 + 1}"
-        pods[name] = pod
-    body["related"]["Pod.v1"] = pods
-    return body
 
 
 def test_a_request_with_500_realistic_pods_is_accepted(client: FlaskClient) -> None:

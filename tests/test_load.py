@@ -20,7 +20,7 @@ from bench.common import encode
 from bench.load import OK, measure, report
 from standin.apply import check_reply
 from standin.gunicorn import free_port, gunicorn_hook
-from tests.test_fuzz import many_pods
+from tests.helpers import many_pods
 
 pytestmark = [pytest.mark.slow, pytest.mark.gunicorn]
 
