@@ -46,6 +46,8 @@ from bench.common import check_sync_reply, encode, recorded_body, steady_body
 from bench.fakepatroni import HUNG, LEADER, REPLICA, fake_members
 from bench.load import measure
 from hooks.config import HookSettings
+from hooks.members import ProbeTarget
+from hooks.patroni import PatroniProber
 from standin.gunicorn import GunicornHook, gunicorn_hook
 
 DEADLINE = HookSettings().probe_deadline  # the production default, 2 s
@@ -92,6 +94,24 @@ class SyncClient:
         self.conn.close()
 
 
+class Healthz(SyncClient):
+    """GET /healthz on a kept-alive connection: the floor of any request to the hook."""
+
+    def __init__(self, hook: GunicornHook) -> None:
+        host, port = hook.url.removeprefix("http://").split(":")
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=30)
+
+    def __call__(self) -> float:
+        started = time.perf_counter()
+        self.conn.request("GET", "/healthz")
+        response = self.conn.getresponse()
+        response.read()
+        elapsed = time.perf_counter() - started
+        if response.status != 200:
+            raise AssertionError(f"/healthz answered {response.status}")
+        return elapsed
+
+
 def direct_probe(host: str, port: int) -> Callable[[], float]:
     """One GET /primary on a fresh connection, as a prober does (Patroni closes it)."""
 
@@ -110,19 +130,37 @@ def direct_probe(host: str, port: int) -> Callable[[], float]:
 
 
 def side_by_side(
-    first: tuple[str, Callable[[], float]],
-    second: tuple[str, Callable[[], float]],
-    rounds: int,
-    warmup: int = 20,
-) -> tuple[Series, Series]:
-    """Alternate the two measurements ``rounds`` times (after ``warmup`` rounds)."""
-    a, b = Series(first[0], []), Series(second[0], [])
+    *series: tuple[str, Callable[[], float]], rounds: int, warmup: int = 20
+) -> list[Series]:
+    """Alternate the measurements (one of each per round), ``rounds`` times after ``warmup``."""
+    results = [Series(name, []) for name, _ in series]
     for index in range(warmup + rounds):
-        x, y = first[1](), second[1]()
-        if index >= warmup:
-            a.samples.append(x)
-            b.samples.append(y)
-    return a, b
+        for result, (_, measure_once) in zip(results, series, strict=True):
+            value = measure_once()
+            if index >= warmup:
+                result.samples.append(value)
+    return results
+
+
+def probe_round(hosts: Sequence[str], port: int, names: Sequence[str]) -> Callable[[], float]:
+    """The hook's own probe round (hooks.patroni, in this process: no HTTP front)."""
+    prober = PatroniProber(deadline=DEADLINE)
+    targets = [
+        ProbeTarget(
+            pod=name, url=f"http://{host}:{port}/primary", connect_timeout=0.5, read_timeout=1.0
+        )
+        for name, host in zip(names, hosts, strict=True)
+    ]
+
+    def run() -> float:
+        started = time.perf_counter()
+        result = prober.probe(targets)
+        elapsed = time.perf_counter() - started
+        if sum(1 for status in result.values() if status.is_leader) != 1:
+            raise AssertionError(f"probe round without exactly one leader: {result}")
+        return elapsed
+
+    return run
 
 
 @contextmanager
@@ -172,10 +210,11 @@ def real_patroni_rows(hook: GunicornHook, rounds: int) -> list[Row]:
         body = steady_body(hook.url, recorded_body(ips, API_PORT, cluster.names()))
         client = SyncClient(hook, body, leader)
         try:
-            sync, probe = side_by_side(
+            sync, probe, round_ = side_by_side(
                 ("sync", client),
                 ("probe", direct_probe(cluster.member(leader).ip, API_PORT)),
-                rounds,
+                ("round", probe_round(ips, API_PORT, cluster.names())),
+                rounds=rounds,
             )
         finally:
             client.close()
@@ -187,7 +226,14 @@ def real_patroni_rows(hook: GunicornHook, rounds: int) -> list[Row]:
             sync,
             probe,
             2.0,
-        )
+        ),
+        _ratio_row(
+            "↳ the hook's probe round alone (3 members, in-process) ÷ one direct probe — "
+            "real Patroni",
+            round_,
+            probe,
+            2.0,
+        ),
     ]
 
 
@@ -197,22 +243,62 @@ def fake_rows(hook: GunicornHook, rounds: int, hung_rounds: int) -> list[Row]:
     nine = [REPLICA, LEADER] + [REPLICA] * 7
     with (
         members_body(hook, three, 40) as (body3, leader3, fakes3),
-        members_body(hook, nine, 50) as (body9, leader9, _),
+        members_body(hook, nine, 50) as (body9, leader9, fakes9),
     ):
         sync3 = SyncClient(hook, body3, leader3)
+        healthz = Healthz(hook)
         sync9 = SyncClient(hook, body9, leader9)
         try:
-            sync, probe = side_by_side(
-                ("sync", sync3), ("probe", direct_probe(fakes3.hosts[1], fakes3.port)), rounds
+            sync, probe, round_, floor = side_by_side(
+                ("sync", sync3),
+                ("probe", direct_probe(fakes3.hosts[1], fakes3.port)),
+                ("round", probe_round(fakes3.hosts, fakes3.port, fakes3.names)),
+                ("healthz", healthz),
+                rounds=rounds,
             )
             rows.append(
                 _ratio_row("sync (3 healthy members) ÷ one direct probe — fakes", sync, probe, 2.0)
             )
-            s9, s3 = side_by_side(("9 members", sync9), ("3 members", sync3), rounds)
+            rows.append(
+                _ratio_row(
+                    "↳ the hook's probe round alone (3 members, in-process) ÷ one direct "
+                    "probe — fakes",
+                    round_,
+                    probe,
+                    2.0,
+                )
+            )
+            rest = sync.p50 - floor.p50 - round_.p50
+            rows.append(
+                Row(
+                    "↳ where a sync's time goes (p50, fakes)",
+                    f"{_ms(sync.p50)} = GET /healthz round trip {_ms(floor.p50)} (gunicorn + "
+                    f"Flask floor) + probe round {_ms(round_.p50)} + the rest {_ms(rest)} "
+                    "(26 KB body: send, JSON, validation, decision, reply)",
+                    "",
+                    "",
+                )
+            )
+            s9, s3, r9, r3 = side_by_side(
+                ("9 members", sync9),
+                ("3 members", sync3),
+                ("round of 9", probe_round(fakes9.hosts, fakes9.port, fakes9.names)),
+                ("round of 3", probe_round(fakes3.hosts, fakes3.port, fakes3.names)),
+                rounds=rounds,
+            )
             rows.append(_ratio_row("sync with 9 members ÷ with 3 — fakes", s9, s3, 1.3))
+            rows.append(
+                _ratio_row(
+                    "↳ the hook's probe round alone (in-process): 9 members ÷ 3 — fakes",
+                    r9,
+                    r3,
+                    1.3,
+                )
+            )
         finally:
             sync3.close()
             sync9.close()
+            healthz.close()
     # pg-orders-2 accepts and never answers; readTimeoutSeconds 5 (the spec's maximum)
     # so that only the round's deadline can end the wait.
     with members_body(hook, [REPLICA, LEADER, HUNG], 60, readTimeoutSeconds=5) as (
