@@ -11,7 +11,7 @@ Rows (goals from issue #5):
   (goal ≥ 400 syncs/s);
 * memory of one hook pod (RSS and PSS of gunicorn's master + workers) after warm-up and
   after the load run;
-* routing lag: bench/routing_lag.py.
+* routing lag: ``python -m bench.failover`` (real failovers followed by the real hook).
 
 "Side by side": the two series of a ratio are sampled alternately (one of each per
 round), so both see the same machine. A sync is the full round trip Metacontroller sees
@@ -19,6 +19,10 @@ round), so both see the same machine. A sync is the full round trip Metacontroll
 hook under ``gunicorn -c python:hooks.gunicorn_conf``); a direct probe is one
 ``GET /primary`` on a fresh connection (Patroni closes every connection), from the same
 process. Every sync reply is checked (strict parsing, Service kept, pinned on the leader).
+The hook runs as in production but for two settings the loopback rig needs: caller
+authentication is on (every sync carries the rig's bearer token), loopback is an allowed
+Pod network (``PGFH_ALLOWED_POD_CIDRS=127.0.0.0/8``, set by the rig) and the fakes'
+ephemeral ports are allowed Patroni ports besides 8008.
 
 Run (the real cluster binds fixed addresses, other people use it: take the lock)::
 
@@ -51,6 +55,9 @@ from hooks.patroni import PatroniProber
 from standin.gunicorn import GunicornHook, gunicorn_hook
 
 DEADLINE = HookSettings().probe_deadline  # the production default, 2 s
+#: The hook's settings on this rig: real Patroni on 8008, fakes on ephemeral ports, all on
+#: loopback (which production never probes unless told to).
+RIG_ENV = {"PGFH_ALLOWED_PATRONI_PORTS": "1024-65535", "PGFH_ALLOWED_POD_CIDRS": "127.0.0.0/8"}
 
 
 @dataclass
@@ -76,12 +83,12 @@ class SyncClient:
         self.conn = http.client.HTTPConnection(host, int(port), timeout=30)
         self.data = encode(body)
         self.leader = leader
+        # As Metacontroller calls it: with the bearer token from the hook's Secret.
+        self.headers = {"Content-Type": "application/json", **hook.headers}
 
     def __call__(self) -> float:
         started = time.perf_counter()
-        self.conn.request(
-            "POST", "/sync", body=self.data, headers={"Content-Type": "application/json"}
-        )
+        self.conn.request("POST", "/sync", body=self.data, headers=self.headers)
         response = self.conn.getresponse()
         data = response.read()
         elapsed = time.perf_counter() - started
@@ -144,7 +151,14 @@ def side_by_side(
 
 def probe_round(hosts: Sequence[str], port: int, names: Sequence[str]) -> Callable[[], float]:
     """The hook's own probe round (hooks.patroni, in this process: no HTTP front)."""
-    prober = PatroniProber(deadline=DEADLINE)
+    settings = HookSettings.from_env(RIG_ENV)
+    prober = PatroniProber(
+        deadline=settings.probe_deadline,
+        max_body_bytes=settings.max_probe_body_bytes,
+        threads=settings.probe_threads,
+        policy=settings.probe_policy,
+        tls=settings.patroni_tls,
+    )
     targets = [
         ProbeTarget(
             pod=name, url=f"http://{host}:{port}/primary", connect_timeout=0.5, read_timeout=1.0
@@ -361,7 +375,8 @@ def markdown(rows: Sequence[Row]) -> str:
     lines = ["| measure | value | goal | |", "|---|---|---|---|"]
     lines += [f"| {r.measure} | {r.value} | {r.goal} | {r.verdict} |" for r in rows]
     lines.append(
-        "| routing lag (failover → Service on the new leader) | see bench/routing_lag.py | | |"
+        "| routing lag (failover → Service on the new leader) | see `python -m bench.failover` "
+        "| | |"
     )
     return "\n".join(lines)
 
@@ -381,7 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     with (
         tempfile.TemporaryDirectory(prefix="pgfh-table-") as tmp,
-        gunicorn_hook(Path(tmp), workers=2, threads=16) as hook,
+        gunicorn_hook(Path(tmp), workers=2, threads=16, env=RIG_ENV) as hook,
     ):
         if not args.no_patroni:
             rows += real_patroni_rows(hook, args.rounds)
