@@ -10,6 +10,17 @@ Metacontroller write the status again and again).
 
 Modelled on Patroni's own ``fetch_nodes_statuses`` (``patroni/ha.py``): fixed small
 timeouts, no retries (the next resync is the retry), a shared thread pool.
+
+The HTTP client is **urllib3** (the transport under requests), used the way Patroni's own
+``patroni/request.py`` uses it: one ``PoolManager`` per process, ``retries=False``,
+``redirect=False``, ``preload_content=False`` with a bounded body read, and a
+``urllib3.Timeout(connect, read, total)``. A requests ``Session`` added nothing a probe
+needs (no redirects, cookies, auth, proxies or environment) and cost more CPU than the
+HTTP exchange itself (settings merging, request preparation, hooks); see bench/README.md.
+TLS is urllib3's too: the CA bundle and client certificate of :class:`PatroniTLS` on
+every https pool (read for each connection, so a renewed mounted Secret is used without a
+restart; without a CA bundle, the system's trust store), and ``spec.patroni.tls.serverName``
+as the pool's ``server_hostname`` (SNI) and ``assert_hostname`` (verification).
 """
 
 from __future__ import annotations
@@ -23,11 +34,16 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any, Protocol, cast
+from typing import Protocol
 
-import requests
-import requests.adapters
 import urllib3
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    NewConnectionError,
+    ProtocolError,
+    ReadTimeoutError,
+)
+from urllib3.util import Url
 from urllib3.util.ssl_match_hostname import CertificateError
 
 from hooks.config import PatroniTLS
@@ -37,6 +53,9 @@ from hooks.schemas import LEADER_PATHS
 
 _CHUNK = 8192
 _TIMEOUTS = frozenset({"connect timeout", "read timeout"})
+_HEADERS = {"Accept": "application/json", "User-Agent": "pg-failover-hook"}
+#: Most URL verdicts a prober remembers (a few per member of every cluster it probes).
+_CHECKED_URLS = 4096
 
 
 class Prober(Protocol):
@@ -47,52 +66,29 @@ class Prober(Protocol):
         ...
 
 
-class _NoRedirectSession(requests.Session):
-    """A Session that never looks at ``Location``.
-
-    Even with ``allow_redirects=False``, requests prepares ``Response.next`` for a 3xx
-    answer, and to do so it reads the whole body (``Response.content``: no cap, no
-    deadline) before it raises ``TooManyRedirects`` (``max_redirects = 0``). With no
-    redirect target, a 3xx is an ordinary answer whose body we read, capped.
-    """
-
-    def get_redirect_target(self, resp: requests.Response) -> str | None:
-        return None
+#: Forks of this process so far, as seen in the child (``os.register_at_fork``): pools
+#: made before a fork belong to the parent.
+_forks = 0
 
 
-#: The name to verify the current https probe's certificate against, when it is not the
-#: IP connected to (``spec.patroni.tls.serverName``). Set by the probing thread itself
-#: for the one request it is about to make (each probe runs in its own context copy).
-_SERVER_NAME: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "pgfh_server_name", default=None
-)
+def _forked() -> None:
+    global _forks
+    _forks += 1
 
 
-class _ServerNameAdapter(requests.adapters.HTTPAdapter):
-    """Connect to the pod IP, but send SNI and verify the certificate for another name.
+os.register_at_fork(after_in_child=_forked)
 
-    Patroni's certificate often names a DNS name (``pg-orders.databases.svc``) rather than
-    every pod IP. urllib3 supports exactly this with ``server_hostname`` (SNI) and
-    ``assert_hostname`` (verification) on the pool; both are part of the pool key, so
-    each name gets its own pools and nothing leaks from one cluster's settings to another.
-    """
 
-    def build_connection_pool_key_attributes(
-        self, request: requests.PreparedRequest, verify: Any, cert: Any = None
-    ) -> Any:  # requests' stubs type these as private TypedDicts without these two keys
-        host_params, pool_kwargs = super().build_connection_pool_key_attributes(
-            request, verify, cert
-        )
-        name = _SERVER_NAME.get()
-        if name is not None and host_params.get("scheme") == "https":
-            extra = cast(dict[str, Any], pool_kwargs)
-            extra["server_hostname"] = name
-            extra["assert_hostname"] = name
-        return host_params, pool_kwargs
+class _Failure(Exception):
+    """A probe that failed with a reason already worked out (internal)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class PatroniProber:
-    """Concurrent, bounded probes with :mod:`requests`.
+    """Concurrent, bounded probes with :mod:`urllib3`.
 
     :param deadline: the bound of one whole round, in seconds.
     :param max_body_bytes: the largest body read from a member (Patroni's is ~1 KiB).
@@ -119,55 +115,54 @@ class PatroniProber:
         self.threads = threads
         self.policy = policy
         self.tls = tls or PatroniTLS()
-        # Verified against this CA bundle, or the default trust store (which will not
-        # know a private CA: the reason then says where to configure one).
-        self._verify: str | bool = self.tls.ca_file or True
-        self._cert = (
-            (self.tls.client_cert_file, self.tls.client_key_file)
-            if self.tls.client_cert_file and self.tls.client_key_file
-            else None
-        )
         self._lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
-        self._executor_pid: int | None = None
-        self._local = threading.local()
+        #: (fork generation, thread pool, connection pools) of the process using them.
+        self._state: tuple[int, ThreadPoolExecutor, urllib3.PoolManager] | None = None
+        self._checked: dict[str, tuple[str | None, Url | None]] = {}
 
-    # The pool is created on first use in the process that uses it: gunicorn forks
-    # workers, and threads do not survive a fork.
-    def _pool(self) -> ThreadPoolExecutor:
+    # The thread pool and the connection pools are created on first use in the process
+    # that uses them: gunicorn forks workers, and threads do not survive a fork (nor
+    # should two processes share a socket).
+    def _pools(self) -> tuple[ThreadPoolExecutor, urllib3.PoolManager]:
+        state = self._state
+        if state is not None and state[0] == _forks:
+            return state[1], state[2]
         with self._lock:
-            if self._executor is None or self._executor_pid != os.getpid():
-                self._executor = ThreadPoolExecutor(
+            if self._state is None or self._state[0] != _forks:
+                executor = ThreadPoolExecutor(
                     max_workers=self.threads, thread_name_prefix="patroni-probe"
                 )
-                self._executor_pid = os.getpid()
-            return self._executor
+                http = urllib3.PoolManager(
+                    # One connection pool per member address (and serverName), least
+                    # recently used dropped first; a pool only recycles connection
+                    # objects: every probe closes its connection, as Patroni does.
+                    num_pools=256,
+                    maxsize=self.threads,
+                    block=False,
+                    # Verified against this CA bundle, or the system's trust store (which
+                    # will not know a private CA: the reason then says where to set one).
+                    cert_reqs=ssl.CERT_REQUIRED,
+                    ca_certs=self.tls.ca_file,
+                    cert_file=self.tls.client_cert_file if self.tls.client_key_file else None,
+                    key_file=self.tls.client_key_file if self.tls.client_cert_file else None,
+                )
+                self._state = (_forks, executor, http)
+            return self._state[1], self._state[2]
 
     def close(self) -> None:
-        """Stop the pool (tests and graceful shutdown)."""
+        """Stop the pools (tests and graceful shutdown)."""
         with self._lock:
-            if self._executor is not None:
-                self._executor.shutdown(wait=False, cancel_futures=True)
-                self._executor = None
-
-    def _session(self) -> requests.Session:
-        session: requests.Session | None = getattr(self._local, "session", None)
-        if session is None:
-            session = _NoRedirectSession()
-            # No proxies, .netrc or CA overrides from the environment: probes go
-            # straight to the pod IP, and nothing but our settings shapes them.
-            session.trust_env = False
-            session.max_redirects = 0
-            session.mount("https://", _ServerNameAdapter())
-            self._local.session = session
-        return session
+            state, self._state = self._state, None
+        if state is not None:
+            state[1].shutdown(wait=False, cancel_futures=True)
+            state[2].clear()
 
     def probe(self, targets: Sequence[ProbeTarget]) -> dict[str, MemberStatus]:
         """Ask every target concurrently; return within about ``deadline`` seconds."""
         if not targets:
             return {}
         ends_at = time.monotonic() + self.deadline
-        pool = self._pool()
+        pool, _ = self._pools()
         futures: dict[str, Future[MemberStatus]] = {}
         for target in targets:
             context = contextvars.copy_context()  # log fields follow the probe's thread
@@ -188,13 +183,21 @@ class PatroniProber:
 
     def probe_one(self, target: ProbeTarget, ends_at: float) -> MemberStatus:
         """One bounded GET; never raises."""
-        refused = target_problem(target.url, self.policy)
-        if refused is not None:
-            return MemberStatus.unknown(target.pod, refused)
+        # The same members are probed every second: remember each URL's verdict (the
+        # policy is fixed for this prober; the check is pure).
+        checked = self._checked.get(target.url)
+        if checked is None:
+            checked = _checked(target.url, self.policy)
+            if len(self._checked) >= _CHECKED_URLS:
+                self._checked.clear()
+            self._checked[target.url] = checked
+        refused, url = checked
+        if url is None:
+            return MemberStatus.unknown(target.pod, refused or "refused")
         try:
-            return self._probe_one(target, ends_at)
+            return self._probe_one(target, url, ends_at)
         except Exception as error:
-            reason = _describe(error, target.server_name)
+            reason = error.reason if isinstance(error, _Failure) else _describe(error, target)
             if reason in _TIMEOUTS and time.monotonic() >= ends_at:
                 # The timeout was cut to what was left of the round: say what probe()
                 # says about the same member, or the reason would depend on which
@@ -202,39 +205,63 @@ class PatroniProber:
                 reason = self._late
             return MemberStatus.unknown(target.pod, reason)
 
-    def _probe_one(self, target: ProbeTarget, ends_at: float) -> MemberStatus:
+    def _probe_one(self, target: ProbeTarget, url: Url, ends_at: float) -> MemberStatus:
         remaining = ends_at - time.monotonic()
         if remaining <= 0:
             return MemberStatus.unknown(target.pod, self._late)
-        timeout = (min(target.connect_timeout, remaining), min(target.read_timeout, remaining))
-        _SERVER_NAME.set(target.server_name)
-        with self._session().get(
-            target.url,
-            timeout=timeout,
-            allow_redirects=False,
-            stream=True,
-            headers={"Accept": "application/json", "User-Agent": "pg-failover-hook"},
-            verify=self._verify,
-            cert=self._cert,
-        ) as response:
+        _, http = self._pools()
+        name = target.server_name if url.scheme == "https" else None
+        pool = http.connection_from_host(
+            url.host,
+            url.port,
+            url.scheme,
+            # Connect to the pod IP, but send SNI and verify the certificate for the
+            # spec's serverName: both are part of the pool key, so each name has its own
+            # pools and nothing leaks from one cluster's settings to another's.
+            pool_kwargs={"server_hostname": name, "assert_hostname": name} if name else None,
+        )
+        response = pool.urlopen(
+            "GET",
+            url.path or "/",
+            headers=_HEADERS,
+            redirect=False,
+            retries=False,
+            assert_same_host=False,
+            preload_content=False,
+            # The read timeout is also cut to what the connect left of the round.
+            timeout=urllib3.Timeout(
+                connect=min(target.connect_timeout, remaining),
+                read=min(target.read_timeout, remaining),
+                total=remaining,
+            ),
+        )
+        try:
+            status_code = response.status
             declared = response.headers.get("Content-Length", "")
             if declared.isdigit() and int(declared) > self.max_body_bytes:
                 return MemberStatus.unknown(
                     target.pod, f"body larger than {self.max_body_bytes} bytes"
                 )
             body = bytearray()
-            # read1: whatever has arrived, after one socket read at most. A full-size
-            # read (iter_content) loops until it has a whole chunk, so a member that
-            # drips a byte at a time would hold this thread far past the deadline.
-            while chunk := response.raw.read1(_CHUNK, decode_content=True):
-                body += chunk
-                if len(body) > self.max_body_bytes:
-                    return MemberStatus.unknown(
-                        target.pod, f"body larger than {self.max_body_bytes} bytes"
-                    )
-                if time.monotonic() > ends_at:
-                    return MemberStatus.unknown(target.pod, self._late)
-            status_code = response.status_code
+            try:
+                # read1: whatever has arrived, after one socket read at most. A full-size
+                # read loops until it has a whole chunk, so a member that drips a byte
+                # at a time would hold this thread far past the deadline.
+                while chunk := response.read1(_CHUNK, decode_content=True):
+                    body += chunk
+                    if len(body) > self.max_body_bytes:
+                        return MemberStatus.unknown(
+                            target.pod, f"body larger than {self.max_body_bytes} bytes"
+                        )
+                    if time.monotonic() > ends_at:
+                        return MemberStatus.unknown(target.pod, self._late)
+            except ProtocolError as error:
+                raise _Failure(_describe(error, target, in_body=True)) from error
+        finally:
+            # One request per connection (Patroni closes it anyway): never a half-read
+            # or server-closed connection left for the next probe.
+            response.close()
+            response.release_conn()
         try:
             document = json.loads(body)
         except ValueError:
@@ -300,55 +327,62 @@ def target_problem(url: str, policy: ProbePolicy | None) -> str | None:
     about to be requested, so that no other code path can make the hook request a
     hostname (DNS, and whatever it resolves to), credentials, a query, or another path.
     """
+    return _checked(url, policy)[0]
+
+
+def _checked(url: str, policy: ProbePolicy | None) -> tuple[str | None, Url | None]:
+    """:func:`target_problem`, and the parsed URL when there is none."""
     try:
         parsed = urllib3.util.parse_url(url)
     except urllib3.exceptions.LocationParseError:
-        return "refused: not a valid URL"
+        return "refused: not a valid URL", None
     if parsed.scheme not in ("http", "https"):
-        return "refused: scheme is not http or https"
+        return "refused: scheme is not http or https", None
     if parsed.auth or parsed.query is not None or parsed.fragment is not None:
-        return "refused: URL carries credentials, a query or a fragment"
+        return "refused: URL carries credentials, a query or a fragment", None
     if parsed.path not in LEADER_PATHS:
-        return "refused: path is not one of Patroni's leader paths"
+        return "refused: path is not one of Patroni's leader paths", None
     host = (parsed.host or "").removeprefix("[").removesuffix("]")
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
-        return "refused: host is not an IP address"
+        return "refused: host is not an IP address", None
     if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
-        return "refused: host is not an IP address"
+        return "refused: host is not an IP address", None
     if parsed.port is None:
-        return "refused: no port"
+        return "refused: no port", None
     if url != f"{parsed.scheme}://{parsed.host}:{parsed.port}{parsed.path}":
         # parse_url normalises ("/../primary" → "/primary", case, ...): only a URL that
         # is already in that form is requested, so what was checked is what is sent.
-        return "refused: URL is not in canonical form"
+        return "refused: URL is not in canonical form", None
     if policy is not None:
         port = policy.port_problem(parsed.port)
         if port is not None:
-            return f"refused: {port}"
-        return policy.address_problem(ip)
-    return None
+            return f"refused: {port}", None
+        address = policy.address_problem(ip)
+        if address is not None:
+            return address, None
+    return None, parsed
 
 
-def _describe(error: BaseException, server_name: str | None = None) -> str:
+def _describe(error: BaseException, target: ProbeTarget, *, in_body: bool = False) -> str:
     """A short reason that is the same every time the same failure happens.
 
-    requests' messages embed object addresses (``<HTTPConnection object at 0x7f…>``),
+    urllib3's messages embed object addresses (``<HTTPConnection object at 0x7f…>``),
     which would make every status write differ; walk the cause chain instead.
     """
-    if isinstance(error, requests.exceptions.ConnectTimeout):
+    if isinstance(error, ConnectTimeoutError) and not isinstance(error, NewConnectionError):
         return "connect timeout"
-    if isinstance(error, requests.exceptions.ReadTimeout):
+    if isinstance(error, ReadTimeoutError):
         return "read timeout"
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, ssl.SSLError):
-            return _tls_reason(current, server_name)
+            return _tls_reason(current, target.server_name)
         if isinstance(current, CertificateError):  # urllib3's own name check (serverName)
-            return _name_mismatch(server_name)
+            return _name_mismatch(target.server_name)
         if isinstance(current, ConnectionRefusedError):
             return "connection refused"
         if isinstance(current, ConnectionResetError):
@@ -361,11 +395,8 @@ def _describe(error: BaseException, server_name: str | None = None) -> str:
                 break
         else:
             current = current.__cause__ or current.__context__
-    # The body is read from urllib3 directly, so its errors arrive unwrapped.
-    if isinstance(
-        error, requests.exceptions.ChunkedEncodingError | urllib3.exceptions.ProtocolError
-    ):
+    if in_body and isinstance(error, ProtocolError):
         return "connection broken mid-body"
-    if isinstance(error, requests.exceptions.ConnectionError):
+    if isinstance(error, ProtocolError | NewConnectionError | OSError):
         return "connection failed"
     return f"probe failed ({type(error).__name__})"

@@ -59,10 +59,8 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _IANA_SVC_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 
 
-#: A JSON string, escapes included (the unrolled form: linear, no backtracking).
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-#: Every byte but the four structural brackets, for ``bytes.translate(None, ...)``.
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+#: Every byte but the four structural brackets and the quote, for ``bytes.translate``.
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')
 
 
 def nesting_problem(raw: bytes, limit: int) -> str | None:
@@ -75,7 +73,7 @@ def nesting_problem(raw: bytes, limit: int) -> str | None:
     brackets is dropped, then each pass removes one level of innermost ``[]``/``{}``
     pairs; ``limit`` passes at most. Brackets that never pair up cannot be JSON.
     """
-    skeleton = _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    skeleton = bracket_skeleton(raw)
     for _ in range(limit):
         if not skeleton:
             return None
@@ -88,6 +86,24 @@ def nesting_problem(raw: bytes, limit: int) -> str | None:
     if skeleton:
         return f"nests deeper than {limit} levels"
     return None
+
+
+def bracket_skeleton(raw: bytes) -> bytes:
+    """The brackets of JSON text outside its strings, in order (exact for valid JSON).
+
+    Only ``bytes`` methods, each a C loop (a regular expression over every string of a
+    26 KB request cost more than parsing the request): escaped backslashes go first, then
+    escaped quotes, so every quote left opens or closes a string; everything but quotes
+    and brackets is dropped; two adjacent quotes enclose or separate nothing and go
+    (most strings hold no bracket); of what is left, every other piece between quotes
+    is outside the strings. UTF-8 never has a quote or a backslash byte inside a
+    multi-byte character.
+    """
+    unescaped = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    skeleton = unescaped.translate(None, _NOT_STRUCTURE).replace(b'""', b"")
+    if b'"' in skeleton:
+        skeleton = b"".join(skeleton.split(b'"')[::2])
+    return skeleton
 
 
 class RequestError(ValueError):
@@ -271,7 +287,7 @@ class _PatroniSchema(Schema):
         load_default=1.0, allow_nan=False, validate=validate.Range(min=0.05, max=5)
     )
     memberNameMustMatchPod = _StrictBoolean(load_default=True)
-    tls = fields.Nested(_PatroniTLSSchema, load_default=lambda: _PatroniTLSSchema().load({}))
+    tls = fields.Nested(_PatroniTLSSchema, load_default=lambda: dict(_DEFAULT_PATRONI_TLS))
 
     @validates_schema
     def _tls_needs_https(self, data: Mapping[str, Any], **_: Any) -> None:
@@ -322,6 +338,10 @@ class _PortSchema(Schema):
 
 
 _DEFAULT_PORTS = [{"name": "postgresql", "port": 5432, "targetPort": 5432}]
+#: Loaded once: a ServicePort is immutable, so every spec without ports can share them.
+_DEFAULT_SERVICE_PORTS: tuple[ServicePort, ...] = tuple(
+    _PortSchema().load(_DEFAULT_PORTS, many=True)
+)
 
 
 class _ServiceTemplateSchema(Schema):
@@ -333,7 +353,7 @@ class _ServiceTemplateSchema(Schema):
     )
     ports = fields.List(
         fields.Nested(_PortSchema),
-        load_default=lambda: [_PortSchema().load(p) for p in _DEFAULT_PORTS],
+        load_default=lambda: list(_DEFAULT_SERVICE_PORTS),
         validate=validate.Length(min=1, max=16),
     )
     labels = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
@@ -513,10 +533,10 @@ class ClusterSpecSchema(Schema):
             error="must be one of Patroni's leader paths: {choices}",
         ),
     )
-    patroni = fields.Nested(_PatroniSchema, load_default=lambda: _PatroniSchema().load({}))
-    service = fields.Nested(
-        _ServiceTemplateSchema, load_default=lambda: _ServiceTemplateSchema().load({})
-    )
+    # Defaults are loaded once (module end) and copied per request: instantiating a
+    # marshmallow Schema deep-copies its fields, which cost more than the whole load.
+    patroni = fields.Nested(_PatroniSchema, load_default=lambda: dict(_DEFAULT_PATRONI))
+    service = fields.Nested(_ServiceTemplateSchema, load_default=lambda: dict(_DEFAULT_SERVICE))
     replicaService = fields.Nested(_ReplicaServiceSchema, load_default=None)
     backup = fields.Nested(_BackupSchema, load_default=None)
 
@@ -587,7 +607,7 @@ def load_spec(spec: object) -> tuple[ClusterSpec | None, tuple[SpecProblem, ...]
     if not isinstance(spec, Mapping):
         return None, (SpecProblem("spec", "must be an object"),)
     try:
-        loaded = ClusterSpecSchema().load(spec)
+        loaded = _CLUSTER_SPEC.load(spec)
     except ValidationError as error:
         return None, tuple(_flatten(error.messages, "spec"))
     assert isinstance(loaded, ClusterSpec)
@@ -667,7 +687,7 @@ def _describe(messages: object) -> str:
 
 def _load_parent(raw: Mapping[str, Any]) -> Mapping[str, Any]:
     try:
-        parent: Mapping[str, Any] = _ParentSchema().load(raw)
+        parent: Mapping[str, Any] = _PARENT.load(raw)
     except ValidationError as error:
         raise RequestError(f"invalid parent: {_describe(error.messages)}") from None
     return parent
@@ -678,7 +698,7 @@ def load_sync_request(body: object) -> SyncRequest:
     if not isinstance(body, Mapping):
         raise RequestError(f"request body must be a JSON object, not {type(body).__name__}")
     try:
-        envelope: Mapping[str, Any] = SyncEnvelopeSchema().load(body)
+        envelope: Mapping[str, Any] = _SYNC_ENVELOPE.load(body)
     except ValidationError as error:
         raise RequestError(f"invalid sync request: {_describe(error.messages)}") from None
     parent = _load_parent(envelope["parent"])
@@ -730,10 +750,43 @@ def load_customize_parent(body: object) -> tuple[str, ClusterSpec | None, str | 
     if not isinstance(body, Mapping):
         raise RequestError(f"request body must be a JSON object, not {type(body).__name__}")
     try:
-        envelope: Mapping[str, Any] = CustomizeEnvelopeSchema().load(body)
+        envelope: Mapping[str, Any] = _CUSTOMIZE_ENVELOPE.load(body)
     except ValidationError as error:
         raise RequestError(f"invalid customize request: {_describe(error.messages)}") from None
     parent = _load_parent(envelope["parent"])
     spec, _ = load_spec(parent["spec"])
     metadata = parent["metadata"]
     return f"{metadata['namespace']}/{metadata['name']}", spec, metadata["uid"]
+
+
+# ------------------------------------------------------------- shared instances
+# One instance of each schema per process, shared by all request threads. marshmallow
+# 4's ``load`` keeps no per-call state on the schema (errors live in a per-call store;
+# there is no ``context`` any more); the only lazy state is each ``Nested`` field's
+# cached inner schema, which the defaults below create here, at import, before any
+# request thread exists.
+_DEFAULT_PATRONI_TLS: Mapping[str, Any] = _PatroniTLSSchema().load({})
+_DEFAULT_PATRONI: Mapping[str, Any] = _PatroniSchema().load({})
+_DEFAULT_SERVICE: Mapping[str, Any] = _ServiceTemplateSchema().load({})
+_CLUSTER_SPEC = ClusterSpecSchema()
+_PARENT = _ParentSchema()
+_SYNC_ENVELOPE = SyncEnvelopeSchema()
+_CUSTOMIZE_ENVELOPE = CustomizeEnvelopeSchema()
+# Every Nested field of the spec, loaded once so each creates its inner schema now.
+_CLUSTER_SPEC.load(
+    {
+        "primarySelector": {"a": "b"},
+        "serviceRef": {"name": "warm"},
+        "patroni": {"scheme": "https", "tls": {"serverName": "warm.example"}},
+        "service": {"ports": _DEFAULT_PORTS},
+        "replicaService": {"name": "warm-ro"},
+        "backup": {
+            "schedule": "@daily",
+            "image": "warm",
+            "pvcName": "warm",
+            "secretName": "warm",
+            "resources": {"requests": {"cpu": "1"}},
+        },
+    }
+)
+_PARENT.load({"metadata": {"name": "warm", "namespace": "warm"}})

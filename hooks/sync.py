@@ -25,7 +25,7 @@ import copy
 import enum
 import ipaddress
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -272,7 +272,8 @@ def _invalid_spec(
             *_kept_conditions(request, OPTIONAL_CONDITIONS),
         ],
     )
-    children = [preserved(obj) for obj in _observed(request)]
+    keep = _keeper(request)
+    children = [keep(obj) for obj in _observed(request)]
     body = {"status": status, "children": children, "resyncAfterSeconds": timing.healthy}
     return SyncOutcome(body, Decision.INVALID_SPEC, problems, previous, previous)
 
@@ -290,6 +291,7 @@ def _route(
     ]
     decision, leader, why = choose_leader(request.pods, members, spec)
     primaries = _primary_services(request)
+    keep = _keeper(request)
     children: list[dict[str, Any]] = []
     if decision is Decision.ROUTED:
         assert leader is not None
@@ -301,14 +303,15 @@ def _route(
             else:
                 # A Service we own under an old serviceRef name: never dropped (only a
                 # finalize may drop children), and never left on a stale leader.
-                children.append(_with_selector(preserved(observed), _selector(spec, leader)))
+                kept = keep(observed)
+                children.append(_with_selector(kept, _selector(spec, leader)))
         primary: str | None = leader
         message = (
             f"Patroni reports {leader} as leader"
             f"{_timeline_phrase(members, leader)}; Service {spec.service_name} selects it"
         )
     else:
-        children = [preserved(obj) for name, obj in sorted(primaries.items())]
+        children = [keep(obj) for _, obj in sorted(primaries.items())]
         primary = previous
         message = f"{why}; {_keeping_phrase(request)}"
     read_only = replicas.plan(
@@ -320,7 +323,7 @@ def _route(
         members,
         {n: ip for n in request.pods if (ip := pod_ip(request.pods[n])) is not None},
         leader if decision is Decision.ROUTED else None,
-        preserved,
+        keep,
     )
     previous_status = request.parent.get("status")
     backup = backups.plan(
@@ -331,12 +334,12 @@ def _route(
         request.other_children.get(CRONJOB_KEY),
         request.jobs,
         previous_status.get("backup") if isinstance(previous_status, Mapping) else None,
-        preserved,
+        keep,
     )
     children.extend(read_only.children)
     children.extend(backup.children)
     children.extend(
-        preserved(obj)
+        keep(obj)
         for key, group in sorted(request.other_children.items())
         if key not in _PLANNED_GROUPS
         for _, obj in sorted(group.items())
@@ -482,27 +485,77 @@ def desired_service(spec: ClusterSpec, namespace: str, leader: str) -> dict[str,
     }
 
 
-def preserved(observed: Mapping[str, Any]) -> dict[str, Any]:
+def preserved(
+    observed: Mapping[str, Any],
+    *,
+    gvk: tuple[str, str] | None = None,
+    namespace: str | None = None,
+) -> dict[str, Any]:
     """An observed child, as a desired object that changes nothing when applied.
 
     The base is what we last asked for (Metacontroller records it in the
     last-applied annotation), so the three-way merge is a no-op. The Service's
     selector is taken from the observed object itself, so even a selector someone
     edited by hand is kept exactly as it is while we are in doubt.
+
+    ``gvk`` (apiVersion, kind) and ``namespace`` are what the object *is*: the
+    ``children`` group it was observed in and the parent's namespace. They win over
+    whatever the object or its last-applied record says, because Metacontroller
+    matches a reply's children to the observed ones by exactly these (plus the name),
+    and deletes every observed child that no reply child matches. Nor does a Service
+    ever carry fields the API server allocates (``clusterIP`` ...), whichever record
+    it was rebuilt from.
     """
     base = _last_applied(observed)
     if base is None:
         base = _minimal_copy(observed)
-    if observed.get("kind") == "Service":
+    if gvk is not None:
+        base["apiVersion"], base["kind"] = gvk
+    if namespace is not None:
+        base["metadata"]["namespace"] = namespace
+    if base.get("kind") == "Service":
         spec = observed.get("spec") if isinstance(observed.get("spec"), Mapping) else {}
         assert isinstance(spec, Mapping)
         selector = spec.get("selector")
-        base_spec = base.setdefault("spec", {})
+        base_spec = base.get("spec")
+        base_spec = _without_server_fields(base_spec if isinstance(base_spec, dict) else {})
+        base["spec"] = base_spec
         if isinstance(selector, Mapping) and selector:
             base_spec["selector"] = dict(selector)
         else:
             base_spec.pop("selector", None)
     return base
+
+
+#: The GVK of the ``Service.v1`` group.
+SERVICE_GVK = ("v1", "Service")
+
+
+def group_gvk(group: str) -> tuple[str, str] | None:
+    """``(apiVersion, kind)`` of a ``children`` key: ``Service.v1``, ``Deployment.apps/v1``."""
+    kind, dot, api_version = group.partition(".")
+    return (api_version, kind) if dot and kind and api_version else None
+
+
+def _keeper(request: SyncRequest) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+    """:func:`preserved` for this request's observed children, each as what it *is*.
+
+    An observed object is recognised by identity (hooks.replicas and hooks.backup get
+    the request's own objects and hand them back through this function): its GVK is its
+    ``children`` group's, its namespace the parent's.
+    """
+    gvks: dict[int, tuple[str, str] | None] = {
+        id(obj): SERVICE_GVK for obj in request.services.values()
+    }
+    for key, group in request.other_children.items():
+        gvk = group_gvk(key)
+        for obj in group.values():
+            gvks[id(obj)] = gvk
+
+    def keep(observed: Mapping[str, Any]) -> dict[str, Any]:
+        return preserved(observed, gvk=gvks.get(id(observed)), namespace=request.namespace)
+
+    return keep
 
 
 def _last_applied(observed: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -558,9 +611,10 @@ _SERVER_SERVICE_SPEC = frozenset(
 def _minimal_copy(observed: Mapping[str, Any]) -> dict[str, Any]:
     """Without a last-applied record: the observed object minus server-owned fields."""
     result = {k: copy.deepcopy(v) for k, v in observed.items() if k != "status"}
+    observed_metadata = observed.get("metadata")
     metadata = {
         k: copy.deepcopy(v)
-        for k, v in (observed.get("metadata") or {}).items()
+        for k, v in (observed_metadata.items() if isinstance(observed_metadata, Mapping) else ())
         if k not in _SERVER_METADATA
     }
     annotations = metadata.get("annotations")
@@ -571,15 +625,20 @@ def _minimal_copy(observed: Mapping[str, Any]) -> dict[str, Any]:
             metadata.pop("annotations")
     result["metadata"] = metadata
     if observed.get("kind") == "Service" and isinstance(result.get("spec"), dict):
-        spec = {k: v for k, v in result["spec"].items() if k not in _SERVER_SERVICE_SPEC}
-        ports = spec.get("ports")
-        if isinstance(ports, list):
-            spec["ports"] = [
-                {k: v for k, v in port.items() if k != "nodePort"}
-                for port in ports
-                if isinstance(port, dict)
-            ]
-        result["spec"] = spec
+        result["spec"] = _without_server_fields(result["spec"])
+    return result
+
+
+def _without_server_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A Service spec without what the API server allocates or defaults."""
+    result = {k: v for k, v in spec.items() if k not in _SERVER_SERVICE_SPEC}
+    ports = result.get("ports")
+    if isinstance(ports, list):
+        result["ports"] = [
+            {k: v for k, v in port.items() if k != "nodePort"}
+            for port in ports
+            if isinstance(port, dict)
+        ]
     return result
 
 
@@ -608,8 +667,9 @@ def _conditions(
     for type_, status, reason, message in wanted:
         old = previous.get(type_)
         transition = stamp
-        if old is not None and old.get("status") == status and old.get("lastTransitionTime"):
-            transition = old["lastTransitionTime"]
+        kept = old.get("lastTransitionTime") if old is not None else None
+        if old is not None and old.get("status") == status and isinstance(kept, str) and kept:
+            transition = kept
         condition: dict[str, Any] = {
             "type": type_,
             "status": status,
@@ -644,11 +704,13 @@ def _previous_status(request: SyncRequest) -> dict[str, Any]:
 
 
 def _previous_conditions(request: SyncRequest) -> list[Mapping[str, Any]]:
+    """The parent's conditions that have a string ``type`` (the status is free input:
+    anyone with write access to the status subresource can put anything there)."""
     status = request.parent.get("status")
     conditions = status.get("conditions") if isinstance(status, Mapping) else None
     if not isinstance(conditions, list):
         return []
-    return [c for c in conditions if isinstance(c, Mapping)]
+    return [c for c in conditions if isinstance(c, Mapping) and isinstance(c.get("type"), str)]
 
 
 def _previous_timeline(request: SyncRequest) -> int | None:

@@ -477,3 +477,19 @@ INVALID_SPECS: list[tuple[str, object, str]] = [
     ("spec a string", "primarySelector: x", "spec"),
     ("spec a number", 5, "spec"),
 ]
+
+
+def many_pods(count: int) -> dict[str, Any]:
+    """The recorded request with ``count`` realistic Pods (clones of the recorded ones)."""
+    body = fixture("sync-service-selects-old-leader.json")
+    recorded = list(body["related"]["Pod.v1"].values())
+    pods = {}
+    for index in range(count):
+        pod = copy.deepcopy(recorded[index % len(recorded)]) if index >= 3 else recorded[index]
+        name = f"pg-orders-{index}"
+        pod["metadata"]["name"] = name
+        pod["metadata"]["labels"]["statefulset.kubernetes.io/pod-name"] = name
+        pod["status"]["podIP"] = f"10.244.{index // 250}.{index % 250 + 1}"
+        pods[name] = pod
+    body["related"]["Pod.v1"] = pods
+    return body

@@ -1,7 +1,7 @@
 """The real :class:`PatroniProber` against loopback fake Patroni members.
 
 Design notes: every fake is a real TCP server (``tests/fakes.py``), so timeouts,
-resets, redirects and body caps are exercised through requests/urllib3 exactly as in
+resets, redirects and body caps are exercised through urllib3 exactly as in
 production. Timing assertions are correctness bounds (``deadline + 0.25 s``), not
 benchmarks; deadlines are kept at 0.5-1.0 s so the module stays fast.
 """
@@ -287,8 +287,9 @@ def test_a_redirect_is_never_followed(real_prober: PatroniProber, member: MakeMe
 def test_a_redirect_with_a_huge_body_is_neither_followed_nor_read_past_the_cap(
     real_prober: PatroniProber, member: MakeMember, content_length: bool
 ) -> None:
-    # requests consumes a redirect's whole body (Response.content) to work out
-    # Response.next, even with allow_redirects=False: the cap must hold there too.
+    # A client that works out where a redirect goes may read its whole body first
+    # (requests' Response.next does, even with allow_redirects=False): the cap must
+    # hold for a 3xx too.
     elsewhere = member(fakes.LEADER, name="pg-9")
     behaviour = fakes.redirect(elsewhere.url(), body_bytes=fakes.HUGE_BODY)
     redirecting = member(replace(behaviour, content_length=content_length))

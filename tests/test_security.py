@@ -35,7 +35,7 @@ from hooks.config import AuthSettings, HookSettings, PatroniTLS, ServerTLS
 from hooks.members import MemberStatus, ProbeTarget
 from hooks.patroni import PatroniProber, target_problem
 from hooks.policy import ProbePolicy, describe_ports, parse_networks, parse_ports
-from hooks.schemas import load_sync_request, nesting_problem
+from hooks.schemas import bracket_skeleton, load_sync_request, nesting_problem
 from hooks.sync import apply_policy, plan_probes
 from standin.gunicorn import GunicornHook, gunicorn_hook
 from tests import fakes
@@ -87,6 +87,27 @@ def test_the_depth_check_agrees_with_the_real_depth(value: Any) -> None:
         assert nesting_problem(raw, real - 1) == f"nests deeper than {real - 1} levels"
 
 
+#: The first implementation's string matcher (a regular expression), kept as the reference.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values, st.booleans())
+def test_the_bracket_skeleton_is_the_one_the_reference_regex_gives(
+    value: Any, ascii_only: bool
+) -> None:
+    raw = json.dumps(value, ensure_ascii=ascii_only).encode()
+    reference = bytes(b for b in _JSON_STRING.sub(b"", raw) if b in b"[]{}")
+    assert bracket_skeleton(raw) == reference
+
+
+@pytest.mark.parametrize("name", SYNC_FIXTURES)
+def test_the_bracket_skeleton_of_real_requests_is_the_reference_regexs(name: str) -> None:
+    raw = json.dumps(fixture(name)).encode()  # last-applied records: escaped quotes galore
+    reference = bytes(b for b in _JSON_STRING.sub(b"", raw) if b in b"[]{}")
+    assert bracket_skeleton(raw) == reference
+
+
 @pytest.mark.parametrize(
     ("raw", "problem"),
     [
@@ -94,6 +115,8 @@ def test_the_depth_check_agrees_with_the_real_depth(value: Any) -> None:
         pytest.param(b"[" * 64 + b"]" * 64, None, id="64-levels"),
         pytest.param(b'{"a": "' + b"[" * 10_000 + b'"}', None, id="brackets-in-a-string"),
         pytest.param(b'["\\"[[[[[", 1]', None, id="escaped-quote"),
+        pytest.param(b'["\\\\", "[[", "\\\\\\"]"]', None, id="escaped-backslashes"),
+        pytest.param(b'{"a": "\\u005c"}', None, id="unicode-escaped-backslash"),
         pytest.param(b'{"a":[{"b":[{"c":{}}]}]}', None, id="mixed"),
         pytest.param(b"[" * 100_000, "is not valid JSON: its brackets do not balance", id="open"),
         pytest.param(b"[}", "is not valid JSON: its brackets do not balance", id="mismatched"),

@@ -1514,3 +1514,139 @@ def test_a_member_answer_without_a_patroni_name_is_not_refused_by_the_name_check
     answers = {P0: replica(P0), P1: MemberStatus.from_api_response(P1, 200, body), P2: replica(P2)}
     _, outcome = run(sync_body(services=[make_service(pod=P0)]), answers)
     assert outcome.decision is Decision.ROUTED
+
+
+# ============================================= found by tests/test_fuzz.py (kept here)
+
+
+def _last_applied_of(service: dict[str, Any]) -> dict[str, Any]:
+    return dict(json.loads(service["metadata"]["annotations"][LAST_APPLIED_ANNOTATION]))
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda s: s.__setitem__("kind", "Pod"), id="observed kind Pod"),
+        pytest.param(lambda s: s.pop("apiVersion"), id="observed without apiVersion"),
+        pytest.param(lambda s: s.__setitem__("spec", None), id="observed spec null"),
+        pytest.param(
+            lambda s: s["metadata"].__setitem__("namespace", "elsewhere"), id="observed elsewhere"
+        ),
+        pytest.param(
+            lambda s: s["metadata"]["annotations"].__setitem__(
+                LAST_APPLIED_ANNOTATION,
+                json.dumps(
+                    {
+                        **_last_applied_of(s),
+                        "spec": {**_last_applied_of(s)["spec"], "clusterIP": "10.96.0.1"},
+                    }
+                ),
+            ),
+            id="last-applied with clusterIP",
+        ),
+        pytest.param(
+            lambda s: s["metadata"]["annotations"].__setitem__(
+                LAST_APPLIED_ANNOTATION,
+                json.dumps(
+                    {
+                        **_last_applied_of(s),
+                        "metadata": {**_last_applied_of(s)["metadata"], "namespace": "elsewhere"},
+                    }
+                ),
+            ),
+            id="last-applied in another namespace",
+        ),
+    ],
+)
+@pytest.mark.parametrize("routed", [True, False], ids=["routed", "in doubt"])
+def test_a_kept_service_is_always_a_v1_service_in_the_parents_namespace_without_cluster_ip(
+    edit: Any, routed: bool
+) -> None:
+    # Metacontroller matches reply children to observed ones by apiVersion, kind,
+    # namespace and name: whatever the observed object or its last-applied record say,
+    # the Service observed under "Service.v1" must come back as exactly that.
+    observed = make_service(name="pg-orders-old", pod=P0)
+    edit(observed)
+    answers = {P0: replica(P0), P1: leader(P1), P2: replica(P2)} if routed else {}
+    _, outcome = run(sync_body(services=[observed]), answers)
+    kept = [c for c in outcome.body["children"] if c["metadata"]["name"] == "pg-orders-old"]
+    assert len(kept) == 1
+    (service,) = kept
+    assert (service["apiVersion"], service["kind"]) == ("v1", "Service")
+    assert service["metadata"]["namespace"] == NAMESPACE
+    assert not SERVER_FIELDS & set(service.get("spec") or {})
+
+
+@pytest.mark.parametrize(
+    "conditions",
+    [
+        pytest.param([{"type": ["Ready"], "status": "True"}], id="type a list"),
+        pytest.param([{"type": {"a": 1}, "status": "True"}], id="type an object"),
+        pytest.param(
+            [{"type": "Ready", "status": "False", "lastTransitionTime": ["x"]}],
+            id="lastTransitionTime a list",
+        ),
+        pytest.param([{"type": None}, "Ready", 5, None], id="junk entries"),
+    ],
+)
+def test_junk_in_the_parents_conditions_is_ignored(conditions: list[Any]) -> None:
+    # The status is free input (anyone who may write the status subresource).
+    body = sync_body(services=[make_service(pod=P0)], status={"conditions": conditions})
+    _, outcome = run(body, {P0: replica(P0), P1: replica(P1), P2: replica(P2)})
+    assert outcome.decision is Decision.NO_LEADER
+    for cond in outcome.body["status"]["conditions"]:
+        assert cond["lastTransitionTime"] == NOW_STAMP
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda o: o.__setitem__("kind", "Pod"), id="observed kind Pod"),
+        pytest.param(lambda o: o.pop("kind"), id="observed without kind"),
+        pytest.param(lambda o: o.pop("apiVersion"), id="observed without apiVersion"),
+        pytest.param(
+            lambda o: o["metadata"].__setitem__("namespace", "elsewhere"), id="observed elsewhere"
+        ),
+    ],
+)
+@pytest.mark.parametrize("routed", [True, False], ids=["routed", "in doubt"])
+def test_kept_read_only_services_slices_and_cronjobs_are_what_they_were_observed_as(
+    edit: Any, routed: bool
+) -> None:
+    # The same rule for the children hooks.replicas and hooks.backup keep (the spec no
+    # longer asks for them, so they are kept as they are / suspended): each comes back
+    # as its children group's GVK, in the parent's namespace, whatever it claims.
+    from tests.readonly_helpers import (
+        backup_fields,
+        cluster_answers,
+        listed_slice,
+        observed,
+        read_only_service,
+        request_body,
+    )
+    from tests.readonly_helpers import run as run_with_groups
+
+    _, first = run_with_groups(
+        request_body(spec=seed_spec(backup=backup_fields())), cluster_answers(P0)
+    )
+    (cronjob,) = observed(*(c for c in first.body["children"] if c["kind"] == "CronJob"))
+    kept_objects = {
+        ("v1", "Service"): read_only_service(),
+        ("discovery.k8s.io/v1", "EndpointSlice"): listed_slice([P1]),
+        ("batch/v1", "CronJob"): cronjob,
+    }
+    for obj in kept_objects.values():
+        edit(obj)
+    body = request_body(
+        spec=seed_spec(),
+        services=[make_service(pod=P0), kept_objects[("v1", "Service")]],
+        slices=[kept_objects[("discovery.k8s.io/v1", "EndpointSlice")]],
+        cronjobs=[kept_objects[("batch/v1", "CronJob")]],
+    )
+    _, outcome = run_with_groups(body, cluster_answers(P0) if routed else {})
+    replied = {
+        (c["metadata"]["name"], c["apiVersion"], c["kind"], c["metadata"]["namespace"])
+        for c in outcome.body["children"]
+    }
+    for (api_version, kind), obj in kept_objects.items():
+        assert (obj["metadata"]["name"], api_version, kind, NAMESPACE) in replied

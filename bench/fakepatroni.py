@@ -1,0 +1,267 @@
+"""Fast loopback fake Patroni members for the benchmarks, served from their own process.
+
+``tests/fakes.py`` has the faithful fault-injecting fakes (a thread per connection, a
+connection cap of 500), made for correctness tests. A load run needs thousands of probes
+a second, and their CPU must not be confused with the hook's or the load generator's, so
+this module serves members from a separate process with one asyncio event loop and a
+bare :class:`asyncio.Protocol` per connection.
+
+Each member answers like Patroni 4.1's REST API (``docs/rest_api.rst``, ``api.py``):
+HTTP/1.0, no ``Content-Length``, the connection closed after the one response, the
+same ~1 KiB JSON document on every health path, 200 on ``/primary`` for the leader and
+503 for a replica. A ``hung`` member reads the request and never answers (what Patroni
+does for ~2 s while it shuts down).
+
+Bounded: the server process stops by itself after ``lifetime`` seconds or
+``max_connections`` connections, whichever comes first, and a held connection is
+dropped after ``max_hold`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import socket
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import Any
+
+LEADER = "leader"
+REPLICA = "replica"
+HUNG = "hung"
+BEHAVIOURS = (LEADER, REPLICA, HUNG)
+
+#: First loopback address of the benchmark members (tests use 127.0.0.10 and up).
+FIRST_HOST = 40
+
+
+def document(name: str, role: str, members: Sequence[str], timeline: int = 2) -> dict[str, Any]:
+    """What Patroni 4.1 answers on a health path (``GET /patroni``'s document), ~1 KiB."""
+    body: dict[str, Any] = {
+        "state": "running",
+        "postmaster_start_time": "2026-08-20 09:10:00.123456+00:00",
+        "role": role,
+        "server_version": 180006,
+        "xlog": {"location": 50332016}
+        if role == "primary"
+        else {
+            "received_location": 50332016,
+            "replayed_location": 50332016,
+            "replayed_timestamp": "2026-08-20 09:47:01.654321+00:00",
+            "paused": False,
+        },
+        "timeline": timeline,
+        "dcs_last_seen": 1787216823,
+        "database_system_identifier": "7400000000000000000",
+        "patroni": {"version": "4.1.5", "scope": "pg-orders", "name": name},
+    }
+    if role == "primary":
+        body["replication"] = [
+            {
+                "usename": "replicator",
+                "application_name": other,
+                "client_addr": "10.244.1.31",
+                "state": "streaming",
+                "sync_state": "async",
+                "sync_priority": 0,
+            }
+            for other in members
+            if other != name
+        ]
+    else:
+        body["replication_state"] = "streaming"
+    return body
+
+
+def response(status: int, body: dict[str, Any]) -> bytes:
+    """Status line, headers and body as Patroni's ``BaseHTTPRequestHandler`` writes them."""
+    reason = {200: "OK", 503: "Service Unavailable"}[status]
+    head = (
+        f"HTTP/1.0 {status} {reason}\r\n"
+        "Server: BaseHTTP/0.6 Python/3.11.2\r\n"
+        "Date: Thu, 20 Aug 2026 09:47:03 GMT\r\n"
+        "Content-Type: application/json\r\n"
+        "\r\n"
+    )
+    return head.encode("latin-1") + json.dumps(body).encode()
+
+
+class _Member(asyncio.Protocol):
+    def __init__(self, answer: bytes | None, state: _State) -> None:
+        self.answer = answer  # None: hung
+        self.state = state
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.state.connections += 1
+        if self.answer is None:
+            self.state.held.add(transport)
+            asyncio.get_running_loop().call_later(self.state.max_hold, transport.close)
+        if self.state.connections >= self.state.max_connections:
+            self.state.done.set()
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport is None or self.answer is None:
+            return
+        self.buffer += data
+        if b"\r\n\r\n" in self.buffer or len(self.buffer) > 16384:
+            self.transport.write(self.answer)
+            self.transport.close()
+            self.transport = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None:
+            self.state.held.discard(self.transport)
+
+
+@dataclass
+class _State:
+    max_connections: int
+    max_hold: float
+    done: asyncio.Event
+    held: set[asyncio.Transport]
+    connections: int = 0
+
+
+def _bind_shared_port(hosts: Sequence[str]) -> tuple[int, list[socket.socket]]:
+    """Bind every host on one port number free on all of them (the spec has one port)."""
+    for _ in range(20):
+        socks: list[socket.socket] = []
+        try:
+            port = 0
+            for host in hosts:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((host, port))
+                port = sock.getsockname()[1]
+        except OSError:
+            for sock in socks:
+                sock.close()
+            continue
+        return port, socks
+    raise RuntimeError(f"no port number free on all of {', '.join(hosts)}")
+
+
+def _serve(
+    hosts: Sequence[str],
+    names: Sequence[str],
+    behaviours: Sequence[str],
+    lifetime: float,
+    max_connections: int,
+    max_hold: float,
+    pipe: multiprocessing.connection.Connection,
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us through the pipe
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        state = _State(max_connections, max_hold, asyncio.Event(), set())
+        port, socks = _bind_shared_port(hosts)
+        servers = []
+        for sock, name, behaviour in zip(socks, names, behaviours, strict=True):
+            answer: bytes | None = None
+            if behaviour == LEADER:
+                answer = response(200, document(name, "primary", names))
+            elif behaviour == REPLICA:
+                answer = response(503, document(name, "replica", names))
+            sock.listen(1024)
+            servers.append(
+                await loop.create_server(
+                    lambda answer=answer: _Member(answer, state),  # type: ignore[misc]
+                    sock=sock,
+                )
+            )
+        loop.add_reader(pipe.fileno(), state.done.set)  # any message (or EOF): stop
+        pipe.send(("ready", port, os.getpid()))
+        with suppress(TimeoutError):
+            await asyncio.wait_for(state.done.wait(), lifetime)
+        for server in servers:
+            server.close()
+        for transport in list(state.held):
+            transport.close()
+        return state.connections
+
+    connections = asyncio.run(main())
+    with suppress(OSError):
+        pipe.send(("stopped", connections, os.times()))
+
+
+@dataclass
+class FakeMembers:
+    """A running fake-member process: where the members are and how to stop it."""
+
+    hosts: list[str]
+    names: list[str]
+    port: int
+    pid: int
+    process: multiprocessing.process.BaseProcess
+    _pipe: multiprocessing.connection.Connection
+    #: After stop(): connections served, and the process's CPU seconds (user + system).
+    connections: int = 0
+    cpu_seconds: float = 0.0
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process.is_alive():
+            with suppress(OSError):
+                self._pipe.send("stop")
+            if self._pipe.poll(timeout):
+                with suppress(EOFError, OSError):
+                    tag, connections, times = self._pipe.recv()
+                    if tag == "stopped":
+                        self.connections = connections
+                        self.cpu_seconds = times.user + times.system
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+        self._pipe.close()
+
+
+@contextmanager
+def fake_members(
+    behaviours: Sequence[str],
+    *,
+    names: Sequence[str] | None = None,
+    first_host: int = FIRST_HOST,
+    lifetime: float = 900.0,
+    max_connections: int = 5_000_000,
+    max_hold: float = 30.0,
+) -> Iterator[FakeMembers]:
+    """Serve one member per behaviour on 127.0.0.<first_host>, <first_host+1>, ..."""
+    assert all(b in BEHAVIOURS for b in behaviours), behaviours
+    hosts = [f"127.0.0.{first_host + i}" for i in range(len(behaviours))]
+    names = list(names or [f"pg-orders-{i}" for i in range(len(behaviours))])
+    context = multiprocessing.get_context("spawn")  # no inherited threads or sockets
+    parent, child = context.Pipe()
+    process = context.Process(
+        target=_serve,
+        args=(hosts, names, list(behaviours), lifetime, max_connections, max_hold, child),
+        name="fake-patroni",
+        daemon=True,
+    )
+    process.start()
+    child.close()
+    members: FakeMembers | None = None
+    try:
+        if not parent.poll(30):
+            raise RuntimeError("fake Patroni members did not start within 30 s")
+        tag, port, pid = parent.recv()
+        assert tag == "ready", tag
+        members = FakeMembers(hosts, names, port, pid, process, parent)
+        yield members
+    finally:
+        if members is not None:
+            members.stop()
+        else:
+            process.kill()
+            process.join(5)
+            parent.close()
