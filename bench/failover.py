@@ -174,6 +174,7 @@ class Writer:
         ends = time.monotonic() + self._max
         while not self._stop.is_set() and time.monotonic() < ends:
             selected = self.rig.selected()
+            attempt = time.monotonic()  # classify a failure by when it was tried, not ended
             if selected:
                 member = cluster.member(selected[0])
                 try:
@@ -196,7 +197,7 @@ class Writer:
                         conn.close()
                 except psycopg2.Error as error:
                     self.writes.failed += 1
-                    self.writes.failed_at.append(time.monotonic())
+                    self.writes.failed_at.append(attempt)
                     kind = type(error).__name__
                     self.writes.errors[kind] = self.writes.errors.get(kind, 0) + 1
             self._stop.wait(self.interval)
