@@ -340,15 +340,7 @@ def desired_service(
         "metadata": metadata,
         "spec": {
             "type": rs.service_type,
-            "ports": [
-                {
-                    "name": port.name,
-                    "port": port.port,
-                    "targetPort": port.target_port,
-                    "protocol": port.protocol,
-                }
-                for port in spec.service_ports
-            ],
+            "ports": [port.as_manifest() for port in spec.service_ports],
         },
     }
 

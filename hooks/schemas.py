@@ -130,6 +130,15 @@ class ServicePort:
     target_port: int | str
     protocol: str = "TCP"
 
+    def as_manifest(self) -> dict[str, Any]:
+        """The port as a Service lists it (only the fields we own, as the API stores them)."""
+        return {
+            "name": self.name,
+            "port": self.port,
+            "targetPort": self.target_port,
+            "protocol": self.protocol,
+        }
+
 
 #: What the read-only endpoints list when no replica qualifies (see hooks/replicas.py).
 WHEN_NO_REPLICA = ("KeepEndpoints", "UseLeader", "Empty")
@@ -371,17 +380,22 @@ class _ServiceTemplateSchema(Schema):
         _check_labels(data.get("annotations", {}), what="annotation", values_are_labels=False)
 
 
-class _ServiceRefSchema(Schema):
-    class Meta:
-        unknown = EXCLUDE
-
-    name = fields.String(
+def _service_name() -> fields.String:
+    """A Service name: a DNS-1035 label."""
+    return fields.String(
         required=True,
         validate=[
             validate.Length(min=1, max=63),
             validate.Regexp(_DNS_1035, error="must be a DNS-1035 label (lower case, a-z0-9-)"),
         ],
     )
+
+
+class _ServiceRefSchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    name = _service_name()
 
 
 _CRON_FIELD = r"[0-9A-Za-z*?/,-]+"
@@ -397,13 +411,7 @@ class _ReplicaServiceSchema(Schema):
     class Meta:
         unknown = EXCLUDE
 
-    name = fields.String(
-        required=True,
-        validate=[
-            validate.Length(min=1, max=63),
-            validate.Regexp(_DNS_1035, error="must be a DNS-1035 label (lower case, a-z0-9-)"),
-        ],
-    )
+    name = _service_name()
     maxLagBytes = fields.Integer(
         load_default=DEFAULT_MAX_LAG_BYTES,
         strict=True,

@@ -471,15 +471,7 @@ def desired_service(spec: ClusterSpec, namespace: str, leader: str) -> dict[str,
         "metadata": metadata,
         "spec": {
             "type": spec.service_type,
-            "ports": [
-                {
-                    "name": port.name,
-                    "port": port.port,
-                    "targetPort": port.target_port,
-                    "protocol": port.protocol,
-                }
-                for port in spec.service_ports
-            ],
+            "ports": [port.as_manifest() for port in spec.service_ports],
             "selector": _selector(spec, leader),
         },
     }
