@@ -31,13 +31,14 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
+from hooks import manifests
 from hooks.schemas import QUANTITY, ClusterSpec
 
 CONDITION = "BackupScheduled"
 #: On the Jobs (through the CronJob's jobTemplate): ``<parent uid>``.
 BACKUP_OF_LABEL = "pg-failover-hook.adg.io/backup-of"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "pg-failover-hook"
+MANAGED_BY_LABEL = manifests.MANAGED_BY_LABEL
+MANAGED_BY = manifests.MANAGED_BY
 CONTAINER = "basebackup"
 MOUNT_PATH = "/backups"
 #: CronJob names longer than 52 characters are refused (the Job name adds 11).

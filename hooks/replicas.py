@@ -53,6 +53,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hooks import manifests
 from hooks.members import MemberStatus
 from hooks.schemas import ClusterSpec, ReplicaServiceSpec
 
@@ -67,9 +68,9 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 SLICE_MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 #: Not "endpointslice-controller.k8s.io": Kubernetes' own controller must leave ours alone.
 SLICE_MANAGER = "pg-failover-hook.adg.io"
-#: Same as hooks.sync.MANAGED_BY_LABEL/MANAGED_BY (a test keeps them equal).
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "pg-failover-hook"
+#: One definition for every child (hooks.manifests).
+MANAGED_BY_LABEL = manifests.MANAGED_BY_LABEL
+MANAGED_BY = manifests.MANAGED_BY
 _LAST_APPLIED = "metacontroller.k8s.io/last-applied-configuration"
 
 
@@ -330,19 +331,14 @@ def desired_service(
     spec: ClusterSpec, rs: ReplicaServiceSpec, namespace: str, name: str
 ) -> dict[str, Any]:
     """A read-only Service: the primary Service's ports, and no selector (we write its slices)."""
-    labels = {MANAGED_BY_LABEL: MANAGED_BY, **rs.labels, READ_ONLY_LABEL: READ_ONLY}
-    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
-    if rs.annotations:
-        metadata["annotations"] = dict(rs.annotations)
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata,
-        "spec": {
-            "type": rs.service_type,
-            "ports": [port.as_manifest() for port in spec.service_ports],
-        },
-    }
+    return manifests.service(
+        name,
+        namespace,
+        labels={**rs.labels, READ_ONLY_LABEL: READ_ONLY},
+        annotations=rs.annotations,
+        service_type=rs.service_type,
+        ports=spec.service_ports,
+    )
 
 
 def slice_name(service: str, family: int) -> str:

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hooks import backup as backups
-from hooks import replicas
+from hooks import manifests, replicas
 from hooks.config import ResyncTiming
 from hooks.members import MemberStatus, ProbeTarget
 from hooks.policy import ProbePolicy, effective_address
@@ -41,8 +41,8 @@ from hooks.schemas import CRONJOB_KEY, ENDPOINTSLICE_KEY, ClusterSpec, SpecProbl
 #: so a selector that includes it can never select two Pods.
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 LAST_APPLIED_ANNOTATION = "metacontroller.k8s.io/last-applied-configuration"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "pg-failover-hook"
+MANAGED_BY_LABEL = manifests.MANAGED_BY_LABEL
+MANAGED_BY = manifests.MANAGED_BY
 
 CONDITION_READY = "Ready"
 CONDITION_ROUTED = "PrimaryRouted"
@@ -456,25 +456,16 @@ def choose_leader(
 
 
 def desired_service(spec: ClusterSpec, namespace: str, leader: str) -> dict[str, Any]:
-    """The primary Service, as we want it, with only the fields we own.
-
-    Never ``clusterIP`` or other fields the API server fills in: Metacontroller's
-    three-way merge keeps those because we never set them.
-    """
-    labels = {MANAGED_BY_LABEL: MANAGED_BY, **spec.service_labels}
-    metadata: dict[str, Any] = {"name": spec.service_name, "namespace": namespace, "labels": labels}
-    if spec.service_annotations:
-        metadata["annotations"] = dict(spec.service_annotations)
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata,
-        "spec": {
-            "type": spec.service_type,
-            "ports": [port.as_manifest() for port in spec.service_ports],
-            "selector": _selector(spec, leader),
-        },
-    }
+    """The primary Service, as we want it, with only the fields we own."""
+    return manifests.service(
+        spec.service_name,
+        namespace,
+        labels=spec.service_labels,
+        annotations=spec.service_annotations,
+        service_type=spec.service_type,
+        ports=spec.service_ports,
+        selector=_selector(spec, leader),
+    )
 
 
 def preserved(

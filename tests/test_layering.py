@@ -41,6 +41,7 @@ CORE = (
     "hooks.policy",
     "hooks.replicas",
     "hooks.backup",
+    "hooks.manifests",
 )
 FORBIDDEN = (
     "flask",
@@ -169,6 +170,7 @@ def test_the_core_reaches_only_the_pure_hooks_modules() -> None:
         "hooks.replicas",
         "hooks.backup",
         "hooks.policy",
+        "hooks.manifests",
     }
 
 
