@@ -1,0 +1,13 @@
+"""``kubectl pgfh``: a kubectl plugin that shows and checks PostgreSQLClusters.
+
+It is installed as the executable ``kubectl-pgfh`` (``[project.scripts]``); kubectl runs any
+``kubectl-<name>`` on the ``PATH`` as ``kubectl <name>``. It is a read-only client of the
+Kubernetes API (the ``kubernetes`` library, the user's kubeconfig and RBAC) and never talks
+to Patroni or to the hook.
+
+- :mod:`hooks.plugin.kube`: the only I/O, reads through the Kubernetes API, turns API errors
+  into one plain sentence;
+- :mod:`hooks.plugin.report`: pure, the status report of one cluster and its rendering;
+- :mod:`hooks.plugin.checks`: pure, the checks an operator would otherwise do by hand;
+- :mod:`hooks.plugin.cli`: the command line.
+"""

@@ -1,0 +1,467 @@
+"""``kubectl pgfh status``: one cluster's state from its CR status and its Pods (pure).
+
+Everything shown comes from two reads: the PostgreSQLCluster (its status is what the hook last
+answered, written by Metacontroller) and the Pods its ``spec.primarySelector`` matches (phase,
+readiness, IP, deletion). Nothing asks Patroni: the plugin runs with the user's Kubernetes
+credentials, which reach the API server, not the pod network.
+
+What the status does not carry is said, not guessed:
+
+- **Lag.** The hook never writes a lag in bytes into the status (it changes on every sync, and
+  a status that changes on every sync makes Metacontroller write it on every sync). What it does
+  record is which replicas the read-only Service lists; while ``ReplicasRouted`` is ``True``
+  every listed replica was measured within ``spec.replicaService.maxLagBytes`` of the leader,
+  so that is what the LAG column says. Otherwise it says ``?``.
+- **Members.** ``status.members`` is absent before the first sync and while the spec is
+  invalid; the report then lists the Pods alone and says why there is no member data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+LEADER_ROLES = ("primary", "master", "standby_leader")
+OPTIONAL_CONDITIONS = ("ReplicasRouted", "BackupScheduled")
+DEFAULT_MAX_LAG = 16 * 1024 * 1024
+
+
+# ------------------------------------------------------------------ building the report
+
+
+def build(cluster: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The report of one cluster as plain JSON data (what ``-o json`` prints)."""
+    meta = _map(cluster.get("metadata"))
+    spec = _map(cluster.get("spec"))
+    status = _map(cluster.get("status"))
+    conditions = [_condition(c) for c in _list(status.get("conditions")) if isinstance(c, dict)]
+    by_type = {c["type"]: c for c in conditions}
+    pods_by_name = {str(_map(p.get("metadata")).get("name")): p for p in pods}
+    primary = _str(status.get("primary"))
+    read_only = _read_only(spec, status, by_type, pods_by_name)
+    within = _within_limit(read_only, by_type)
+
+    members: list[dict[str, Any]] = []
+    status_members = status.get("members")
+    seen: set[str] = set()
+    for entry in _list(status_members):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            continue
+        name = entry["name"]
+        seen.add(name)
+        members.append(
+            _member(name, entry, pods_by_name.get(name), primary, within, in_status=True)
+        )
+    for name in sorted(set(pods_by_name) - seen):
+        members.append(_member(name, {}, pods_by_name[name], primary, within, in_status=False))
+    members.sort(key=lambda m: str(m["name"]))
+
+    generation = meta.get("generation")
+    observed = status.get("observedGeneration")
+    return {
+        "namespace": _str(meta.get("namespace")),
+        "name": _str(meta.get("name")),
+        "service": _str(_map(spec.get("serviceRef")).get("name")),
+        "primary": primary,
+        "timeline": status.get("timeline") if isinstance(status.get("timeline"), int) else None,
+        "ready": by_type.get("Ready"),
+        "generation": generation if isinstance(generation, int) else None,
+        "observedGeneration": observed if isinstance(observed, int) else None,
+        "members": members,
+        "membersNote": _members_note(status, status_members, by_type, pods_by_name),
+        "conditions": conditions,
+        "readOnly": read_only,
+        "backup": _backup(spec, status),
+    }
+
+
+def _member(
+    name: str,
+    entry: Mapping[str, Any],
+    pod: Mapping[str, Any] | None,
+    primary: str | None,
+    within: tuple[int, frozenset[str]] | None,
+    *,
+    in_status: bool,
+) -> dict[str, Any]:
+    role = _str(entry.get("role"))
+    reachable = entry.get("reachable") if isinstance(entry.get("reachable"), bool) else None
+    lag: dict[str, Any] = {"withinBytes": None, "source": None}
+    if role in LEADER_ROLES:
+        lag = {"withinBytes": 0, "source": "leader"}
+    elif within is not None and name in within[1]:
+        lag = {"withinBytes": within[0], "source": "ReplicasRouted"}
+    return {
+        "name": name,
+        "primary": name == primary,
+        "role": role,
+        "state": _str(entry.get("state")),
+        "timeline": entry.get("timeline") if isinstance(entry.get("timeline"), int) else None,
+        "reachable": reachable,
+        "lag": lag,
+        "inStatus": in_status,
+        "pod": _pod(pod),
+    }
+
+
+def _within_limit(
+    read_only: Mapping[str, Any] | None, by_type: Mapping[str, Mapping[str, Any]]
+) -> tuple[int, frozenset[str]] | None:
+    """The lag bound the read-only routing proves, and the replicas it proves it for.
+
+    ``ReplicasRouted`` is ``True`` only when the hook chose the listed replicas by their
+    measured lag; under a ``whenNoReplica`` fallback it is ``False`` and proves nothing.
+    """
+    if read_only is None:
+        return None
+    routed = by_type.get("ReplicasRouted")
+    limit = read_only.get("maxLagBytes")
+    if routed is None or routed.get("status") != "True" or not isinstance(limit, int):
+        return None
+    return limit, frozenset(str(e["pod"]) for e in read_only["endpoints"])
+
+
+def _pod(pod: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if pod is None:
+        return None
+    meta = _map(pod.get("metadata"))
+    status = _map(pod.get("status"))
+    ready = any(
+        isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in _list(status.get("conditions"))
+    )
+    return {
+        "phase": _str(status.get("phase")),
+        "ready": ready,
+        "ip": _str(status.get("podIP")),
+        "node": _str(_map(pod.get("spec")).get("nodeName")),
+        "terminating": meta.get("deletionTimestamp") is not None,
+    }
+
+
+def _condition(raw: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "type": _str(raw.get("type")) or "?",
+        "status": _str(raw.get("status")) or "Unknown",
+        "reason": _str(raw.get("reason")),
+        "message": _str(raw.get("message")),
+        "lastTransitionTime": _str(raw.get("lastTransitionTime")),
+    }
+
+
+def _read_only(
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    by_type: Mapping[str, Mapping[str, Any]],
+    pods: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any] | None:
+    wanted = _map(spec.get("replicaService"))
+    name = _str(status.get("replicaService")) or _str(wanted.get("name"))
+    if name is None:
+        return None
+    listed = [n for n in _list(status.get("replicaEndpoints")) if isinstance(n, str)]
+    limit = wanted.get("maxLagBytes", DEFAULT_MAX_LAG)
+    routed = by_type.get("ReplicasRouted")
+    return {
+        "service": name,
+        "endpoints": [
+            {"pod": n, "ip": (_pod(pods.get(n)) or {}).get("ip")} for n in sorted(listed)
+        ],
+        "maxLagBytes": limit if isinstance(limit, int) else None,
+        "whenNoReplica": _str(wanted.get("whenNoReplica")) or "KeepEndpoints",
+        "reason": routed.get("reason") if routed else None,
+    }
+
+
+def _backup(spec: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any] | None:
+    wanted = _map(spec.get("backup"))
+    seen = _map(status.get("backup"))
+    if not wanted and not seen:
+        return None
+    ok = _map(seen.get("lastSuccessful"))
+    failed = _map(seen.get("lastFailed"))
+    return {
+        "cronJob": _str(seen.get("cronJob")),
+        "schedule": _str(wanted.get("schedule")),
+        "lastSuccessful": (
+            {"job": _str(ok.get("job")), "completionTime": _str(ok.get("completionTime"))}
+            if ok
+            else None
+        ),
+        "lastFailed": (
+            {
+                "job": _str(failed.get("job")),
+                "failureTime": _str(failed.get("failureTime")),
+                "reason": _str(failed.get("reason")),
+            }
+            if failed
+            else None
+        ),
+    }
+
+
+def _members_note(
+    status: Mapping[str, Any],
+    status_members: Any,
+    by_type: Mapping[str, Mapping[str, Any]],
+    pods: Mapping[str, Any],
+) -> str | None:
+    if isinstance(status_members, list):
+        missing = sorted(
+            set(pods) - {m.get("name") for m in status_members if isinstance(m, dict)}
+        )
+        if missing:
+            return (
+                f"not in the status yet (no sync has probed them): {', '.join(missing)}; "
+                "their role, state and reachability are unknown"
+            )
+        return None
+    if not status:
+        return "the status is empty: the hook has not answered a sync for this cluster yet"
+    ready = by_type.get("Ready")
+    why = f" (Ready: {ready.get('reason')})" if ready and ready.get("reason") else ""
+    return (
+        f"the status carries no per-member data{why}: role, state, timeline and reachability "
+        "are unknown; the Pods are listed as the Kubernetes API shows them"
+    )
+
+
+# ------------------------------------------------------------------ rendering
+
+
+@dataclass(frozen=True)
+class Style:
+    """ANSI colour, or none at all (piped output, ``NO_COLOR``, ``--color never``)."""
+
+    colour: bool
+
+    def _wrap(self, code: str, text: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if self.colour and text else text
+
+    def good(self, text: str) -> str:
+        return self._wrap("32", text)
+
+    def bad(self, text: str) -> str:
+        return self._wrap("31", text)
+
+    def warn(self, text: str) -> str:
+        return self._wrap("33", text)
+
+    def bold(self, text: str) -> str:
+        return self._wrap("1", text)
+
+    def dim(self, text: str) -> str:
+        return self._wrap("2", text)
+
+    def condition(self, status: str, text: str) -> str:
+        if status == "True":
+            return self.good(text)
+        if status == "False":
+            return self.bad(text)
+        return self.warn(text)
+
+
+def format_bytes(value: int) -> str:
+    """``16 MiB``, ``512 KiB``, ``100 B``: the units the hook's own messages use."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= size and value % size == 0:
+            return f"{value // size} {unit}"
+    return f"{value} B"
+
+
+def render(reports: Iterable[Mapping[str, Any]], style: Style) -> str:
+    """The human-readable report of each cluster, separated by a blank line."""
+    return "\n\n".join(_render_one(r, style) for r in reports) + "\n"
+
+
+def _render_one(report: Mapping[str, Any], style: Style) -> str:
+    s = style
+    lines = [s.bold(f"PostgreSQLCluster {report['namespace']}/{report['name']}")]
+    ready = report.get("ready")
+    primary = report.get("primary")
+    timeline = report.get("timeline")
+    confirmed = bool(ready and ready.get("status") == "True")
+    if not primary:
+        primary_text = s.bad("none")
+    elif confirmed:
+        primary_text = s.bold(s.good(primary))
+    else:
+        primary_text = s.bold(s.warn(primary))
+    if primary and timeline is not None:
+        primary_text += f" (timeline {timeline})"
+    if primary and not confirmed:
+        primary_text += s.warn(" kept by the Service, not confirmed as leader now (see Ready)")
+    fields = [
+        ("Primary", primary_text),
+        ("Service", str(report.get("service") or "?")),
+    ]
+    if ready:
+        fields.append(
+            (
+                "Ready",
+                s.condition(ready["status"], f"{ready['status']} ({ready['reason'] or '-'})"),
+            )
+        )
+        if ready.get("message"):
+            fields.append(("", str(ready["message"])))
+    else:
+        fields.append(("Ready", s.warn("unknown (no Ready condition in the status)")))
+    generation, observed = report.get("generation"), report.get("observedGeneration")
+    if isinstance(generation, int) and isinstance(observed, int) and observed < generation:
+        fields.append(
+            ("Note", s.warn(f"the status is for generation {observed}, the spec is {generation}"))
+        )
+    lines += [f"{label + ':' if label else '':<10}{value}" for label, value in fields]
+
+    lines += ["", s.bold("Members")]
+    rows = [["NAME", "ROLE", "STATE", "TL", "LAG", "REACHABLE", "POD", "IP", "NODE"]]
+    styles: list[list[Any]] = [[s.dim] * 9]
+    for m in report["members"]:
+        pod = m.get("pod")
+        reach = {True: "yes", False: "no", None: "?"}[m.get("reachable")]
+        row = [
+            m["name"] + (" *" if m.get("primary") else ""),
+            m.get("role") or "?",
+            m.get("state") or "?",
+            "?" if m.get("timeline") is None else str(m["timeline"]),
+            _lag_text(m["lag"]),
+            reach,
+            _pod_text(pod),
+            (pod or {}).get("ip") or "-",
+            (pod or {}).get("node") or "-",
+        ]
+        rows.append(row)
+        styles.append(
+            [
+                s.bold if m.get("primary") else _plain,
+                s.good if m.get("role") in LEADER_ROLES else _plain,
+                _plain,
+                _plain,
+                _plain,
+                {True: s.good, False: s.bad, None: s.warn}[m.get("reachable")],
+                s.good if pod and pod["ready"] and not pod["terminating"] else s.warn,
+                _plain,
+                _plain,
+            ]
+        )
+    if len(rows) == 1:
+        lines.append(s.warn("  no member in the status and no Pod matches spec.primarySelector"))
+    else:
+        lines += _table(rows, styles)
+        lines.append(
+            s.dim(
+                "  * the pod the primary Service selects. LAG ≤ N: listed by the read-only "
+                "Service within maxLagBytes (the status records no lag in bytes)."
+            )
+        )
+    if report.get("membersNote"):
+        lines.append(s.warn(f"  Note: {report['membersNote']}"))
+
+    lines += ["", s.bold("Conditions")]
+    conditions = report.get("conditions") or []
+    if conditions:
+        crow = [["TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"]]
+        cst: list[list[Any]] = [[s.dim] * 5]
+        for c in conditions:
+            crow.append(
+                [
+                    c["type"],
+                    c["status"],
+                    c.get("reason") or "-",
+                    c.get("lastTransitionTime") or "-",
+                    c.get("message") or "",
+                ]
+            )
+            cst.append(
+                [_plain, lambda t, st=c["status"]: s.condition(st, t), _plain, _plain, _plain]
+            )
+        lines += _table(crow, cst)
+    else:
+        lines.append(s.warn("  none: the hook has not answered a sync for this cluster yet"))
+
+    read_only = report.get("readOnly")
+    lines += ["", s.bold("Read-only endpoints")]
+    if read_only is None:
+        lines.append(s.dim("  no read-only Service (spec.replicaService is not set)"))
+    else:
+        limit = read_only.get("maxLagBytes")
+        notes = [f"maxLagBytes {format_bytes(limit)}"] if isinstance(limit, int) else []
+        notes.append(f"whenNoReplica {read_only['whenNoReplica']}")
+        lines.append(f"  Service {read_only['service']} ({', '.join(notes)})")
+        if read_only["endpoints"]:
+            for e in read_only["endpoints"]:
+                lines.append(f"  {e['pod']:<24} {e.get('ip') or '- (no Pod IP)'}")
+        else:
+            lines.append(s.warn("  no endpoints: the read-only Service routes nowhere"))
+
+    backup = report.get("backup")
+    lines += ["", s.bold("Backups")]
+    if backup is None:
+        lines.append(s.dim("  no scheduled backups (spec.backup is not set)"))
+    else:
+        cron = backup.get("cronJob") or "?"
+        schedule = backup.get("schedule")
+        lines.append(f"  CronJob {cron}" + (f" ({schedule})" if schedule else ""))
+        ok, failed = backup.get("lastSuccessful"), backup.get("lastFailed")
+        lines.append(
+            "  Last successful: "
+            + (s.good(f"{ok['completionTime']} (Job {ok['job']})") if ok else s.warn("none yet"))
+        )
+        if failed:
+            lines.append(
+                "  Last failed:     "
+                + s.bad(f"{failed['failureTime']} (Job {failed['job']}, {failed['reason']})")
+            )
+        else:
+            lines.append("  Last failed:     none")
+    return "\n".join(lines)
+
+
+def _lag_text(lag: Mapping[str, Any]) -> str:
+    if lag.get("source") == "leader":
+        return "-"
+    within = lag.get("withinBytes")
+    return f"≤ {format_bytes(within)}" if isinstance(within, int) else "?"
+
+
+def _pod_text(pod: Mapping[str, Any] | None) -> str:
+    if pod is None:
+        return "no Pod"
+    if pod["terminating"]:
+        return "Terminating"
+    if pod["ready"]:
+        return "Ready"
+    return f"{pod.get('phase') or '?'}, not Ready"
+
+
+def _plain(text: str) -> str:
+    return text
+
+
+def _table(rows: list[list[str]], styles: list[list[Any]]) -> list[str]:
+    """Left-aligned columns, padded on the plain text so colour codes do not skew them."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for row, row_styles in zip(rows, styles, strict=True):
+        cells = []
+        for i, (cell, paint) in enumerate(zip(row, row_styles, strict=True)):
+            pad = "" if i == len(row) - 1 else " " * (widths[i] - len(cell))
+            cells.append(paint(cell) + pad)
+        out.append("  " + "  ".join(cells).rstrip())
+    return out
+
+
+# ------------------------------------------------------------------ small helpers
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None

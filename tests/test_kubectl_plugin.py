@@ -1,0 +1,658 @@
+"""``kubectl pgfh``: the real ``kubernetes`` client against a loopback API server.
+
+Test design: the objects the fake API server (:mod:`tests.kubeapi`) serves are not written by
+hand where the project can make them. The PostgreSQLCluster's status, its Services and the
+read-only EndpointSlice are what the real hook answered for the recorded Metacontroller
+requests (tests/fixtures/metacontroller), applied by the Metacontroller stand-in until
+nothing changes; the CompositeController is ``metacontroller/compositecontroller.yaml``;
+Metacontroller's Deployment carries the arguments of ``deploy/metacontroller-values.yaml``
+as its Helm chart renders them. What kube-controller-manager writes (the primary Service's
+EndpointSlice) and the token Secret are built in the API's shapes. Each failure case then
+changes one object (or one permission) and asserts the exit code and the plain reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import io
+import json
+import os
+import pty
+import select
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from flask.testing import FlaskClient
+
+from hooks.plugin import checks, cli
+from standin.apply import World, apply_reply, check_reply
+from tests.helpers import FakeProber, down, fixture
+from tests.kubeapi import COMPOSITECONTROLLERS, FakeKubeAPI, endpoint_slice_for
+from tests.readonly_helpers import MIB, READ_ONLY, answer, backup_fields
+
+ROOT = Path(__file__).resolve().parent.parent
+NS = "databases"
+CLUSTER = "pg-orders"
+PRIMARY = "pg-orders-primary"
+P0, P1, P2 = "pg-orders-0", "pg-orders-1", "pg-orders-2"
+IPS = {P0: "10.244.1.17", P1: "10.244.2.23", P2: "10.244.3.9"}
+JOB = "pg-orders-backup-29250"
+MC_NS = "metacontroller"
+MC_NAME = "metacontroller-metacontroller-helm"  # the chart's fullname for release "metacontroller"
+ESC = "\033["
+
+
+# ------------------------------------------------------------------ the world, by the real hook
+
+
+def _sync_until_steady(client: FlaskClient, world: World) -> None:
+    for _ in range(6):
+        response = client.post(
+            "/sync", data=json.dumps(world.sync_request()), content_type="application/json"
+        )
+        applied = apply_reply(world, check_reply(response.status_code, response.data))
+        if not (applied.changed_children or applied.status_changed or applied.writes):
+            return
+    raise AssertionError("the hook did not reach a steady state")
+
+
+def hook_world(client: FlaskClient, prober: FakeProber, *, p0_down: bool = False) -> World:
+    """The recorded cluster with a read-only Service and backups, synced by the real hook."""
+    body = fixture("sync-first-no-service.json")
+    body["parent"]["spec"].update({"replicaService": {"name": READ_ONLY}, "backup": backup_fields()})
+    world = World(
+        parent=body["parent"],
+        services=body["children"]["Service.v1"],
+        pods=body["related"]["Pod.v1"],
+    )
+    prober.answers = {P0: answer(P0, "primary"), P1: answer(P1), P2: answer(P2, behind=64 * MIB)}
+    world.jobs = {
+        JOB: {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": JOB,
+                "namespace": NS,
+                "labels": {"pg-failover-hook.adg.io/backup-of": world.uid},
+            },
+            "status": {
+                "completionTime": "2026-08-20T02:16:09Z",
+                "conditions": [{"type": "Complete", "status": "True"}],
+            },
+        }
+    }
+    _sync_until_steady(client, world)
+    if p0_down:
+        prober.answers[P0] = down(P0, "connection refused")
+        _sync_until_steady(client, world)
+    return world
+
+
+def metacontroller_deployment(args: list[str]) -> dict[str, Any]:
+    """Metacontroller's Deployment as its Helm chart (4.17.2) renders it."""
+    labels = {"app.kubernetes.io/name": "metacontroller-helm", "app.kubernetes.io/instance": MC_NS}
+    return {
+        "metadata": {
+            "name": MC_NAME,
+            "namespace": MC_NS,
+            "labels": {**labels, "helm.sh/chart": "metacontroller-helm-4.17.2"},
+            "uid": "2c5e8a1f-7d3b-4e9a-b6c4-1f8d2e7a9b30",
+        },
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": MC_NAME,
+                    "containers": [
+                        {
+                            "name": "metacontroller-helm",
+                            "image": "ghcr.io/metacontroller/metacontroller:v4.17.2",
+                            "command": ["/usr/bin/metacontroller"],
+                            "args": args,
+                        }
+                    ],
+                },
+            },
+        },
+        "status": {"replicas": 2, "readyReplicas": 2},
+    }
+
+
+def populate(api: FakeKubeAPI, world: World) -> None:
+    api.add("postgresqlclusters", world.parent)
+    for pod in world.pods.values():
+        api.add("pods", pod)
+    for service in world.services.values():
+        api.add("services", service)
+    for slice_ in world.endpointslices.values():
+        api.add("endpointslices", slice_)
+    primary = world.parent["status"]["primary"]
+    api.add("endpointslices", endpoint_slice_for(world.services[PRIMARY], [world.pods[primary]]))
+    controller = yaml.safe_load((ROOT / "metacontroller/compositecontroller.yaml").read_text())
+    controller["metadata"]["uid"] = "5a7c9e1b-3d5f-4a8c-9e2b-6d4f8a1c3e50"
+    api.add("compositecontrollers", controller)
+    api.add(
+        "secrets",
+        {
+            "metadata": {"name": "pg-failover-hook-auth", "namespace": "pg-failover-hook"},
+            "type": "Opaque",
+            "data": {"token": base64.b64encode(b"3f1c" * 16).decode()},
+        },
+    )
+    values = yaml.safe_load((ROOT / "deploy/metacontroller-values.yaml").read_text())
+    api.add("deployments", metacontroller_deployment(values["commandArgs"]))
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """No real kubeconfig, no in-cluster account: only what a test points at."""
+    for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "NO_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    return {}
+
+
+@pytest.fixture
+def world(client: FlaskClient, prober: FakeProber) -> World:
+    return hook_world(client, prober)
+
+
+@pytest.fixture
+def api(world: World) -> Iterator[FakeKubeAPI]:
+    server = FakeKubeAPI().start()
+    try:
+        populate(server, world)
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def kubeconfig(api: FakeKubeAPI, tmp_path: Path, env: dict[str, str]) -> Path:
+    return api.kubeconfig(tmp_path)
+
+
+def member_rows(out: str) -> dict[str, list[str]]:
+    """The Members table's rows, split on blanks, by pod name."""
+    section = out.split("\nMembers\n", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split() for line in section.splitlines() if line.startswith("  pg-orders-")]
+    return {row[0]: row for row in rows}
+
+
+def run(*argv: str, environ: dict[str, str] | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(argv), stdout=out, stderr=err, environ=environ or {})
+    return code, out.getvalue(), err.getvalue()
+
+
+# ------------------------------------------------------------------ status
+
+
+def test_status_shows_primary_members_conditions_endpoints_and_backup(
+    kubeconfig: Path, api: FakeKubeAPI
+) -> None:
+    code, out, err = run("status", "--kubeconfig", str(kubeconfig))
+    assert (code, err) == (0, "")
+    assert "PostgreSQLCluster databases/pg-orders" in out
+    assert "Primary:  pg-orders-0 (timeline 1)" in out
+    assert "Ready:    True (LeaderFound)" in out
+    rows = member_rows(out)
+    # NAME ROLE STATE TL LAG REACHABLE POD IP NODE; the primary is starred.
+    assert rows[P0][:9] == [P0, "*", "primary", "running", "1", "-", "yes", "Ready", IPS[P0]]
+    assert rows[P1][:9] == [P1, "replica", "running", "1", "≤", "16", "MiB", "yes", "Ready"]
+    # P2 replays 64 MiB behind: not listed by the read-only Service, so its lag is unknown.
+    assert rows[P2][:7] == [P2, "replica", "running", "1", "?", "yes", "Ready"]
+    for kind in ("Ready", "PrimaryRouted", "SpecValid", "ReplicasRouted", "BackupScheduled"):
+        assert f"  {kind} " in out
+    assert "Patroni reports pg-orders-0 as leader (timeline 1)" in out
+    assert "left out: pg-orders-2 (replay lags more than 16 MiB)" in out
+    assert f"Service {READ_ONLY} (maxLagBytes 16 MiB, whenNoReplica KeepEndpoints)" in out
+    assert f"  {P1:<24} {IPS[P1]}" in out
+    assert f"Last successful: 2026-08-20T02:16:09Z (Job {JOB})" in out
+    assert "Last failed:     none" in out
+    assert ESC not in out
+    # The client sent the kubeconfig's bearer token and selected the Pods by the spec's labels.
+    assert set(api.authorizations) == {f"Bearer {api.token}"}
+    assert any(
+        r.startswith("/api/v1/namespaces/databases/pods?")
+        and "labelSelector=application%3Dpatroni%2Ccluster-name%3Dpg-orders" in r
+        for r in api.requests
+    )
+
+
+def test_status_json_carries_the_same_facts(kubeconfig: Path) -> None:
+    code, out, _ = run("status", CLUSTER, "-o", "json", "--kubeconfig", str(kubeconfig))
+    assert code == 0
+    (cluster,) = json.loads(out)["clusters"]
+    assert (cluster["namespace"], cluster["name"], cluster["primary"]) == (NS, CLUSTER, P0)
+    assert cluster["ready"]["status"] == "True"
+    members = {m["name"]: m for m in cluster["members"]}
+    assert members[P0]["role"] == "primary" and members[P0]["primary"] is True
+    assert members[P0]["pod"] == {
+        "phase": "Running",
+        "ready": True,
+        "ip": IPS[P0],
+        "node": "kind-worker",
+        "terminating": False,
+    }
+    assert members[P1]["lag"] == {"withinBytes": 16 * MIB, "source": "ReplicasRouted"}
+    assert members[P2]["lag"] == {"withinBytes": None, "source": None}
+    assert all(m["reachable"] is True for m in members.values())
+    assert cluster["readOnly"]["endpoints"] == [{"pod": P1, "ip": IPS[P1]}]
+    assert cluster["backup"]["lastSuccessful"] == {
+        "job": JOB,
+        "completionTime": "2026-08-20T02:16:09Z",
+    }
+    assert {c["type"] for c in cluster["conditions"]} >= {"Ready", "PrimaryRouted"}
+    assert ESC not in out
+
+
+def test_status_of_a_cluster_without_a_leader_shows_the_unreachable_member(
+    client: FlaskClient, prober: FakeProber, env: dict[str, str], tmp_path: Path
+) -> None:
+    world = hook_world(client, prober, p0_down=True)
+    api = FakeKubeAPI().start()
+    try:
+        populate(api, world)
+        code, out, _ = run("status", "--kubeconfig", str(api.kubeconfig(tmp_path)))
+    finally:
+        api.close()
+    assert code == 0
+    assert "Ready:    False (NoLeader)" in out
+    row = member_rows(out)[P0]
+    assert row[:8] == [P0, "*", "?", "?", "?", "?", "no", "Ready"]
+    # The Service is kept where it was, and the report says the leader is not confirmed.
+    assert (
+        "Primary:  pg-orders-0 (timeline 1) kept by the Service, not confirmed as leader now "
+        "(see Ready)" in out
+    )
+    assert member_rows(out)[P1][4] == "?"  # no leader, no lag proof
+
+
+def test_status_says_when_the_status_has_no_member_data(
+    kubeconfig: Path, api: FakeKubeAPI
+) -> None:
+    cluster = api.get("postgresqlclusters", NS, CLUSTER)
+    del cluster["status"]
+    code, out, _ = run("status", "--kubeconfig", str(kubeconfig))
+    assert code == 0
+    assert "Note: the status is empty: the hook has not answered a sync" in out
+    assert "Primary:  none" in out
+    rows = member_rows(out).values()
+    assert [r[:7] for r in rows] == [[p, "?", "?", "?", "?", "?", "Ready"] for p in (P0, P1, P2)]
+
+    cluster["status"] = {"conditions": [{"type": "Ready", "status": "False", "reason": "InvalidSpec"}]}
+    code, out, _ = run("status", "--kubeconfig", str(kubeconfig))
+    assert "the status carries no per-member data (Ready: InvalidSpec)" in out
+
+
+def test_status_all_namespaces_and_an_empty_namespace(kubeconfig: Path, api: FakeKubeAPI) -> None:
+    other = copy.deepcopy(api.get("postgresqlclusters", NS, CLUSTER))
+    other["metadata"].update(namespace="analytics", name="pg-events")
+    api.add("postgresqlclusters", other)
+    code, out, _ = run("status", "-A", "-o", "json", "--kubeconfig", str(kubeconfig))
+    assert code == 0
+    names = [(c["namespace"], c["name"]) for c in json.loads(out)["clusters"]]
+    assert names == [("analytics", "pg-events"), (NS, CLUSTER)]
+    assert "/apis/adg.io/v1alpha1/postgresqlclusters" in api.requests
+
+    code, out, err = run("status", "-n", "empty", "--kubeconfig", str(kubeconfig))
+    assert (code, out, err) == (0, "", "No PostgreSQLClusters found in namespace empty.\n")
+
+
+# ------------------------------------------------------------------ colour
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_colour_follows_the_terminal_no_color_and_the_flag() -> None:
+    tty, pipe = _Terminal(), io.StringIO()
+    assert cli.use_colour("auto", tty, {}) is True
+    assert cli.use_colour("auto", pipe, {}) is False
+    assert cli.use_colour("auto", tty, {"NO_COLOR": "1"}) is False
+    assert cli.use_colour("auto", tty, {"NO_COLOR": ""}) is True  # no-color.org: non-empty only
+    assert cli.use_colour("auto", tty, {"TERM": "dumb"}) is False
+    assert cli.use_colour("always", pipe, {"NO_COLOR": "1"}) is True
+    assert cli.use_colour("never", tty, {}) is False
+
+
+def test_status_in_colour_on_a_terminal(kubeconfig: Path) -> None:
+    tty, err = _Terminal(), _Terminal()
+    assert cli.main(["status", "--kubeconfig", str(kubeconfig)], tty, err, {}) == 0
+    coloured = tty.getvalue()
+    assert f"{ESC}32mTrue (LeaderFound){ESC}0m" in coloured
+    assert f"{ESC}1m{ESC}32mpg-orders-0{ESC}0m{ESC}0m" in coloured
+    # The same report without the codes, columns still aligned.
+    plain = run("status", "--kubeconfig", str(kubeconfig))[1]
+    assert _strip(coloured) == plain
+    quiet = _Terminal()
+    assert cli.main(["status", "--kubeconfig", str(kubeconfig)], quiet, err, {"NO_COLOR": "1"}) == 0
+    assert quiet.getvalue() == plain
+
+
+def _strip(text: str) -> str:
+    import re
+
+    return re.sub(r"\033\[[0-9;]*m", "", text)
+
+
+@pytest.mark.slow
+def test_the_installed_kubectl_pgfh_colours_a_pty_and_not_a_pipe(kubeconfig: Path) -> None:
+    """The console script the package installs, on a real pseudo-terminal and on a pipe."""
+    exe = Path(sys.executable).with_name("kubectl-pgfh")
+    assert exe.exists(), "pip install puts kubectl-pgfh next to the interpreter"
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(kubeconfig.parent), "TERM": "xterm"}
+    argv = [str(exe), "status", "--kubeconfig", str(kubeconfig)]
+    piped = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert piped.returncode == 0, piped.stderr
+    assert "pg-orders-0" in piped.stdout and ESC not in piped.stdout
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen(argv, env=env, stdout=follower, stderr=subprocess.PIPE)
+        os.close(follower)
+        follower = -1
+        chunks, deadline = [], time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 0.5)
+            if ready:
+                try:
+                    data = os.read(leader, 65536)
+                except OSError:  # EIO: the child closed the terminal
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+            elif proc.poll() is not None:
+                break
+        assert proc.wait(timeout=30) == 0
+        assert proc.stderr is not None
+        proc.stderr.close()
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    on_tty = b"".join(chunks).decode().replace("\r\n", "\n")
+    assert ESC in on_tty
+    assert _strip(on_tty) == piped.stdout
+
+
+# ------------------------------------------------------------------ clear errors
+
+
+def test_no_kubeconfig(env: dict[str, str], tmp_path: Path) -> None:
+    code, out, err = run("status")
+    assert (code, out) == (2, "")
+    assert err.startswith("error: no kubeconfig: nothing usable at ~/.kube/config")
+    code, _, err = run("status", "--kubeconfig", str(tmp_path / "missing"))
+    assert code == 2 and f"no kubeconfig: nothing usable at {tmp_path / 'missing'}" in err
+
+
+def test_crd_not_installed(kubeconfig: Path, api: FakeKubeAPI) -> None:
+    api.unserve("postgresqlclusters")
+    for argv in (("status",), ("status", CLUSTER), ("check",), ("status", "-A")):
+        code, out, err = run(*argv, "--kubeconfig", str(kubeconfig))
+        assert (code, out) == (2, ""), argv
+        assert err == (
+            "error: the API server does not serve postgresqlclusters.adg.io/v1alpha1: the "
+            "PostgreSQLCluster CRD is not installed (kubectl apply -k deploy/ installs it)\n"
+        )
+
+
+def test_no_permission(kubeconfig: Path, api: FakeKubeAPI) -> None:
+    api.forbidden.add(("list", "postgresqlclusters"))
+    code, _, err = run("status", "--kubeconfig", str(kubeconfig))
+    assert code == 2
+    assert err == (
+        'error: no permission: postgresqlclusters.adg.io is forbidden: User "jane@example.com" '
+        'cannot list resource "postgresqlclusters" in API group "adg.io" in the namespace '
+        '"databases"\n'
+    )
+    api.forbidden.add(("get", "postgresqlclusters"))
+    code, _, err = run("status", CLUSTER, "--kubeconfig", str(kubeconfig))
+    assert code == 2 and 'postgresqlclusters.adg.io "pg-orders" is forbidden' in err
+
+
+def test_unknown_cluster_name(kubeconfig: Path) -> None:
+    code, out, err = run("status", "pg-nope", "--kubeconfig", str(kubeconfig))
+    assert (code, out) == (2, "")
+    assert err == "error: PostgreSQLCluster 'pg-nope' not found in namespace databases\n"
+    code, _, err = run("check", "pg-nope", "-n", "analytics", "--kubeconfig", str(kubeconfig))
+    assert (code, err) == (2, "error: PostgreSQLCluster 'pg-nope' not found in namespace analytics\n")
+
+
+def test_credentials_refused_and_server_unreachable(
+    api: FakeKubeAPI, env: dict[str, str], tmp_path: Path
+) -> None:
+    stale = api.kubeconfig(tmp_path, token="expired")
+    code, _, err = run("status", "--kubeconfig", str(stale))
+    assert code == 2
+    assert "did not accept the kubeconfig's credentials (401 Unauthorized)" in err
+
+    with socket.socket() as s:  # a loopback port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = json.loads(stale.read_text())
+    config["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{port}"
+    stale.write_text(json.dumps(config))
+    started = time.monotonic()
+    code, _, err = run("status", "--kubeconfig", str(stale))
+    assert code == 2
+    assert err.startswith(f"error: cannot reach the Kubernetes API server at http://127.0.0.1:{port}")
+    assert time.monotonic() - started < 30
+
+
+def test_context_and_namespace_selection(kubeconfig: Path, api: FakeKubeAPI) -> None:
+    # The context "other" has no namespace: "default", as kubectl does.
+    code, _, err = run("status", "--context", "other", "--kubeconfig", str(kubeconfig))
+    assert (code, err) == (0, "No PostgreSQLClusters found in namespace default.\n")
+    code, _, err = run("status", "--context", "nope", "--kubeconfig", str(kubeconfig))
+    assert code == 2 and "no context 'nope' in the kubeconfig (contexts: fake, other)" in err
+    code, _, err = run("status", CLUSTER, "-A", "--kubeconfig", str(kubeconfig))
+    assert (code, err) == (2, "error: a NAME cannot be combined with -A\n")
+
+
+# ------------------------------------------------------------------ check
+
+
+def test_check_passes_on_a_healthy_installation(kubeconfig: Path) -> None:
+    code, out, err = run("check", "--kubeconfig", str(kubeconfig))
+    assert (code, err) == (0, ""), out
+    lines = out.splitlines()
+    assert lines[-1] == f"{len(lines) - 1} checks, 0 failed"
+    assert all(line.startswith("ok  ") for line in lines[:-1])
+    assert f"ok    databases/pg-orders: Service {PRIMARY}: selects exactly {P0}, the primary" in lines
+    assert (
+        f"ok    databases/pg-orders: Service {PRIMARY}: its EndpointSlice holds {IPS[P0]}, "
+        f"{P0}'s IP" in lines
+    )
+    for child in ("v1 services", "discovery.k8s.io/v1 endpointslices", "batch/v1 cronjobs"):
+        assert f"ok    CompositeController pg-failover-hook: declares child {child} (InPlace)" in lines
+    assert "ok    Secret pg-failover-hook/pg-failover-hook-auth: key 'token' holds a token (64 bytes)" in lines
+    assert (
+        f"ok    Metacontroller Deployment {MC_NS}/{MC_NAME}: runs with --leader-election "
+        "(2 replica(s))" in lines
+    )
+
+
+def failed(out: str) -> list[str]:
+    return [line[6:] for line in out.splitlines() if line.startswith("FAIL")]
+
+
+def test_check_service_selecting_another_pod(kubeconfig: Path, api: FakeKubeAPI) -> None:
+    service = api.get("services", NS, PRIMARY)
+    service["spec"]["selector"]["statefulset.kubernetes.io/pod-name"] = P1
+    code, out, _ = run("check", "--kubeconfig", str(kubeconfig))
+    assert code == 1
+    assert failed(out) == [
+        f"databases/pg-orders: Service {PRIMARY}: selects {P1}; the status names {P0} as primary"
+    ]
+    del service["spec"]["selector"]["statefulset.kubernetes.io/pod-name"]
+    code, out, _ = run("check", "--kubeconfig", str(kubeconfig))
+    assert failed(out) == [
+        f"databases/pg-orders: Service {PRIMARY}: selects {P0}, {P1}, {P2}; the status names "
+        f"{P0} as primary"
+    ]
+    api.remove("services", NS, PRIMARY)
+    code, out, _ = run("check", "--kubeconfig", str(kubeconfig))
+    assert failed(out) == [f"databases/pg-orders: Service {PRIMARY}: the primary Service does not exist"]
+
+
+def test_check_endpoint_slice_without_the_primary_ip(kubeconfig: Path, api: FakeKubeAPI) -> None:
+    (key,) = [k for k in api.objects if k[0] == "endpointslices" and k[2].startswith(PRIMARY)]
+    api.objects[key]["endpoints"][0]["addresses"] = [IPS[P1]]
+    code, out, _ = run("check", "--kubeconfig", str(kubeconfig))
+    assert code == 1
+    assert failed(out) == [
+        f"databases/pg-orders: Service {PRIMARY}: its EndpointSlices hold {IPS[P1]}, not "
+        f"{P0}'s IP {IPS[P0]}"
+    ]
+    api.objects[key]["endpoints"] = []
+    assert failed(run("check", "--kubeconfig", str(kubeconfig))[1]) == [
+        f"databases/pg-orders: Service {PRIMARY}: its EndpointSlices hold no address, not "
+        f"{P0}'s IP {IPS[P0]}"
+    ]
+
+
+def test_check_not_ready_cluster_fails(kubeconfig: Path, api: FakeKubeAPI) -> None:
+    cluster = api.get("postgresqlclusters", NS, CLUSTER)
+    ready = next(c for c in cluster["status"]["conditions"] if c["type"] == "Ready")
+    ready.update(status="False", reason="NoLeader", message="No member answers 200 on /primary")
+    code, out, _ = run("check", "--kubeconfig", str(kubeconfig))
+    assert code == 1
+    assert failed(out) == [
+        "databases/pg-orders: Ready is False (NoLeader): No member answers 200 on /primary"
+    ]
+
+
+def test_check_compositecontroller_missing_child_types(kubeconfig: Path, api: FakeKubeAPI) -> None:
+    controller = api.get("compositecontrollers", "", "pg-failover-hook")
+    children = controller["spec"]["childResources"]
+    controller["spec"]["childResources"] = [c for c in children if c["resource"] == "services"]
+    controller["spec"]["childResources"][0]["updateStrategy"] = {"method": "OnDelete"}
+    code, out, _ = run("check", "--kubeconfig", str(kubeconfig))
+    assert code == 1
+    assert failed(out) == [
+        "CompositeController pg-failover-hook: child v1 services has updateStrategy OnDelete, "
+        "not InPlace: Metacontroller would not update it in place",
+        "CompositeController pg-failover-hook: does not declare child discovery.k8s.io/v1 "
+        "endpointslices (needed by spec.replicaService of databases/pg-orders)",
+        "CompositeController pg-failover-hook: does not declare child batch/v1 cronjobs "
+        "(needed by spec.backup of databases/pg-orders)",
+    ]
+    api.remove("compositecontrollers", "", "pg-failover-hook")
+    assert failed(run("check", "--kubeconfig", str(kubeconfig))[1]) == [
+        "CompositeController: no CompositeController has parentResource adg.io "
+        "postgresqlclusters: Metacontroller never calls the hook (kubectl apply -k deploy/ "
+        "installs it)"
+    ]
+    api.unserve(COMPOSITECONTROLLERS.plural)
+    code, out, _ = run("check", "--kubeconfig", str(kubeconfig))
+    assert code == 1
+    assert failed(out)[0].startswith(
+        "CompositeController: the API server does not serve "
+        "compositecontrollers.metacontroller.k8s.io/v1alpha1: Metacontroller's CRDs"
+    )
+
+
+def test_check_token_secret(kubeconfig: Path, api: FakeKubeAPI) -> None:
+    secret = api.get("secrets", "pg-failover-hook", "pg-failover-hook-auth")
+    secret["data"]["token"] = base64.b64encode(b" \n").decode()
+    code, out, _ = run("check", "--kubeconfig", str(kubeconfig))
+    assert code == 1
+    assert failed(out) == [
+        "Secret pg-failover-hook/pg-failover-hook-auth: key 'token' is empty: the hook refuses "
+        "every call (set a token, docs/security.md)"
+    ]
+    del secret["data"]
+    assert failed(run("check", "--kubeconfig", str(kubeconfig))[1]) == [
+        "Secret pg-failover-hook/pg-failover-hook-auth: has no key 'token': Metacontroller has "
+        "no token to send"
+    ]
+    api.forbidden.add(("get", "secrets"))
+    assert failed(run("check", "--kubeconfig", str(kubeconfig))[1]) == [
+        'Secret pg-failover-hook/pg-failover-hook-auth: no permission: secrets '
+        '"pg-failover-hook-auth" is forbidden: User "jane@example.com" cannot get resource '
+        '"secrets" in API group "" in the namespace "pg-failover-hook"'
+    ]
+    api.remove("secrets", "pg-failover-hook", "pg-failover-hook-auth")
+    api.forbidden.clear()
+    assert failed(run("check", "--kubeconfig", str(kubeconfig))[1]) == [
+        "Secret pg-failover-hook/pg-failover-hook-auth: does not exist: Metacontroller has no "
+        "token to send"
+    ]
+    controller = api.get("compositecontrollers", "", "pg-failover-hook")
+    del controller["spec"]["endpointConfigs"]
+    assert failed(run("check", "--kubeconfig", str(kubeconfig))[1]) == [
+        "CompositeController pg-failover-hook: has no endpointConfigs authorization secretRef: "
+        "Metacontroller sends no token and the hook refuses every call (see docs/security.md)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "on"),
+    [
+        (["--leader-election"], True),
+        (["-leader-election"], True),
+        (["--leader-election=true"], True),
+        (["--leader-election=1"], True),
+        (["--leader-election=false"], False),
+        (["--leader-election", "--leader-election=false"], False),
+        (["--leader-election-id=metacontroller"], False),
+        ([], False),
+    ],
+)
+def test_leader_election_flag_parsing(args: list[str], on: bool) -> None:
+    deployment = {"kind": "Deployment", **metacontroller_deployment(args)}
+    (result,) = checks.leader_election([deployment], MC_NS)
+    assert result.ok is on
+
+
+def test_check_metacontroller_without_leader_election(kubeconfig: Path, api: FakeKubeAPI) -> None:
+    api.remove("deployments", MC_NS, MC_NAME)
+    # The chart's older StatefulSet form, or the upstream production manifest: no flag.
+    sts = metacontroller_deployment(["--zap-log-level=4", "--discovery-interval=20s"])
+    sts["metadata"]["name"] = "metacontroller"
+    api.add("statefulsets", sts)
+    code, out, _ = run("check", "--kubeconfig", str(kubeconfig))
+    assert code == 1
+    assert failed(out) == [
+        f"Metacontroller StatefulSet {MC_NS}/metacontroller: runs without --leader-election: "
+        "with more than one replica every replica runs every controller "
+        "(deploy/metacontroller-values.yaml turns it on)"
+    ]
+    code, out, _ = run(
+        "check", "--metacontroller-namespace", "kube-system", "--kubeconfig", str(kubeconfig)
+    )
+    assert failed(out) == [
+        "Metacontroller: no Deployment or StatefulSet running a metacontroller image in "
+        "namespace kube-system (pass --metacontroller-namespace)"
+    ]
+
+
+def test_check_json_and_colour(kubeconfig: Path, api: FakeKubeAPI) -> None:
+    api.get("secrets", "pg-failover-hook", "pg-failover-hook-auth")["data"]["token"] = ""
+    code, out, _ = run("check", "-o", "json", "--kubeconfig", str(kubeconfig))
+    assert code == 1
+    body = json.loads(out)
+    assert body["ok"] is False
+    assert [c["subject"] for c in body["checks"] if not c["ok"]] == [
+        "Secret pg-failover-hook/pg-failover-hook-auth"
+    ]
+    tty = _Terminal()
+    assert cli.main(["check", "--kubeconfig", str(kubeconfig)], tty, io.StringIO(), {}) == 1
+    assert f"{ESC}31mFAIL{ESC}0m  Secret pg-failover-hook" in tty.getvalue()
+    assert f"{ESC}32mok  {ESC}0m" in tty.getvalue()
