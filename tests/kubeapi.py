@@ -59,7 +59,9 @@ BUILTIN = (
     Resource("apps/v1", "deployments", "Deployment"),
     Resource("apps/v1", "statefulsets", "StatefulSet"),
 )
-POSTGRESQLCLUSTERS = Resource("adg.io/v1alpha1", "postgresqlclusters", "PostgreSQLCluster", custom=True)
+POSTGRESQLCLUSTERS = Resource(
+    "adg.io/v1alpha1", "postgresqlclusters", "PostgreSQLCluster", custom=True
+)
 COMPOSITECONTROLLERS = Resource(
     "metacontroller.k8s.io/v1alpha1",
     "compositecontrollers",
@@ -89,7 +91,9 @@ class FakeKubeAPI:
     # -------------------------------------------------------------- the store
 
     def resource(self, plural: str) -> Resource:
-        return next(r for r in [*BUILTIN, POSTGRESQLCLUSTERS, COMPOSITECONTROLLERS] if r.plural == plural)
+        return next(
+            r for r in [*BUILTIN, POSTGRESQLCLUSTERS, COMPOSITECONTROLLERS] if r.plural == plural
+        )
 
     def add(self, plural: str, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Store an object (deep-copied); ``kind``/``apiVersion`` are set from its type."""
@@ -138,7 +142,7 @@ class FakeKubeAPI:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 return
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -156,7 +160,9 @@ class FakeKubeAPI:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def kubeconfig(self, directory: Path, namespace: str = "databases", token: str | None = None) -> Path:
+    def kubeconfig(
+        self, directory: Path, namespace: str = "databases", token: str | None = None
+    ) -> Path:
         """A kubeconfig whose current context points at this server as ``USER``."""
         path = directory / "kubeconfig"
         path.write_text(
@@ -236,7 +242,9 @@ class FakeKubeAPI:
         }
 
 
-def _status(code: int, reason: str, message: str, details: Mapping[str, Any] | None) -> dict[str, Any]:
+def _status(
+    code: int, reason: str, message: str, details: Mapping[str, Any] | None
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",

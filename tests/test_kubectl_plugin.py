@@ -67,7 +67,9 @@ def _sync_until_steady(client: FlaskClient, world: World) -> None:
 def hook_world(client: FlaskClient, prober: FakeProber, *, p0_down: bool = False) -> World:
     """The recorded cluster with a read-only Service and backups, synced by the real hook."""
     body = fixture("sync-first-no-service.json")
-    body["parent"]["spec"].update({"replicaService": {"name": READ_ONLY}, "backup": backup_fields()})
+    body["parent"]["spec"].update(
+        {"replicaService": {"name": READ_ONLY}, "backup": backup_fields()}
+    )
     world = World(
         parent=body["parent"],
         services=body["children"]["Service.v1"],
@@ -279,9 +281,7 @@ def test_status_of_a_cluster_without_a_leader_shows_the_unreachable_member(
     assert member_rows(out)[P1][4] == "?"  # no leader, no lag proof
 
 
-def test_status_says_when_the_status_has_no_member_data(
-    kubeconfig: Path, api: FakeKubeAPI
-) -> None:
+def test_status_says_when_the_status_has_no_member_data(kubeconfig: Path, api: FakeKubeAPI) -> None:
     cluster = api.get("postgresqlclusters", NS, CLUSTER)
     del cluster["status"]
     code, out, _ = run("status", "--kubeconfig", str(kubeconfig))
@@ -291,7 +291,9 @@ def test_status_says_when_the_status_has_no_member_data(
     rows = member_rows(out).values()
     assert [r[:7] for r in rows] == [[p, "?", "?", "?", "?", "?", "Ready"] for p in (P0, P1, P2)]
 
-    cluster["status"] = {"conditions": [{"type": "Ready", "status": "False", "reason": "InvalidSpec"}]}
+    cluster["status"] = {
+        "conditions": [{"type": "Ready", "status": "False", "reason": "InvalidSpec"}]
+    }
     code, out, _ = run("status", "--kubeconfig", str(kubeconfig))
     assert "the status carries no per-member data (Ready: InvalidSpec)" in out
 
@@ -431,7 +433,10 @@ def test_unknown_cluster_name(kubeconfig: Path) -> None:
     assert (code, out) == (2, "")
     assert err == "error: PostgreSQLCluster 'pg-nope' not found in namespace databases\n"
     code, _, err = run("check", "pg-nope", "-n", "analytics", "--kubeconfig", str(kubeconfig))
-    assert (code, err) == (2, "error: PostgreSQLCluster 'pg-nope' not found in namespace analytics\n")
+    assert (code, err) == (
+        2,
+        "error: PostgreSQLCluster 'pg-nope' not found in namespace analytics\n",
+    )
 
 
 def test_credentials_refused_and_server_unreachable(
@@ -451,7 +456,9 @@ def test_credentials_refused_and_server_unreachable(
     started = time.monotonic()
     code, _, err = run("status", "--kubeconfig", str(stale))
     assert code == 2
-    assert err.startswith(f"error: cannot reach the Kubernetes API server at http://127.0.0.1:{port}")
+    assert err.startswith(
+        f"error: cannot reach the Kubernetes API server at http://127.0.0.1:{port}"
+    )
     assert time.monotonic() - started < 30
 
 
@@ -474,14 +481,21 @@ def test_check_passes_on_a_healthy_installation(kubeconfig: Path) -> None:
     lines = out.splitlines()
     assert lines[-1] == f"{len(lines) - 1} checks, 0 failed"
     assert all(line.startswith("ok  ") for line in lines[:-1])
-    assert f"ok    databases/pg-orders: Service {PRIMARY}: selects exactly {P0}, the primary" in lines
+    assert (
+        f"ok    databases/pg-orders: Service {PRIMARY}: selects exactly {P0}, the primary" in lines
+    )
     assert (
         f"ok    databases/pg-orders: Service {PRIMARY}: its EndpointSlice holds {IPS[P0]}, "
         f"{P0}'s IP" in lines
     )
     for child in ("v1 services", "discovery.k8s.io/v1 endpointslices", "batch/v1 cronjobs"):
-        assert f"ok    CompositeController pg-failover-hook: declares child {child} (InPlace)" in lines
-    assert "ok    Secret pg-failover-hook/pg-failover-hook-auth: key 'token' holds a token (64 bytes)" in lines
+        assert (
+            f"ok    CompositeController pg-failover-hook: declares child {child} (InPlace)" in lines
+        )
+    assert (
+        "ok    Secret pg-failover-hook/pg-failover-hook-auth: key 'token' holds a token (64 bytes)"
+        in lines
+    )
     assert (
         f"ok    Metacontroller Deployment {MC_NS}/{MC_NAME}: runs with --leader-election "
         "(2 replica(s))" in lines
@@ -508,7 +522,9 @@ def test_check_service_selecting_another_pod(kubeconfig: Path, api: FakeKubeAPI)
     ]
     api.remove("services", NS, PRIMARY)
     code, out, _ = run("check", "--kubeconfig", str(kubeconfig))
-    assert failed(out) == [f"databases/pg-orders: Service {PRIMARY}: the primary Service does not exist"]
+    assert failed(out) == [
+        f"databases/pg-orders: Service {PRIMARY}: the primary Service does not exist"
+    ]
 
 
 def test_check_endpoint_slice_without_the_primary_ip(kubeconfig: Path, api: FakeKubeAPI) -> None:
@@ -584,7 +600,7 @@ def test_check_token_secret(kubeconfig: Path, api: FakeKubeAPI) -> None:
     ]
     api.forbidden.add(("get", "secrets"))
     assert failed(run("check", "--kubeconfig", str(kubeconfig))[1]) == [
-        'Secret pg-failover-hook/pg-failover-hook-auth: no permission: secrets '
+        "Secret pg-failover-hook/pg-failover-hook-auth: no permission: secrets "
         '"pg-failover-hook-auth" is forbidden: User "jane@example.com" cannot get resource '
         '"secrets" in API group "" in the namespace "pg-failover-hook"'
     ]

@@ -49,7 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument(
         "-A", "--all-namespaces", action="store_true", help="PostgreSQLClusters of every namespace"
     )
-    common.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    common.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"
+    )
     common.add_argument("--context", help="kubeconfig context (default: the current one)")
     common.add_argument(
         "--request-timeout",

@@ -51,7 +51,9 @@ class KubeError(Exception):
     not exist, whereas a 404 on a type the API server does not serve names nothing.
     """
 
-    def __init__(self, message: str, *, code: int = 0, reason: str = "", named: bool = False):
+    def __init__(
+        self, message: str, *, code: int = 0, reason: str = "", named: bool = False
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
@@ -78,7 +80,9 @@ def connect(kubeconfig: str | None, context: str | None) -> Connection:
     configuration = client.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
     try:
-        contexts, current = config.list_kube_config_contexts(config_file=path)
+        contexts, current = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+            config_file=path
+        )
     except ConfigException as exc:
         if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ:
             return _in_cluster(configuration)
@@ -93,7 +97,7 @@ def connect(kubeconfig: str | None, context: str | None) -> Connection:
             names = ", ".join(str(c.get("name")) for c in contexts) or "none"
             raise KubeError(f"no context {context!r} in the kubeconfig (contexts: {names})")
     try:
-        config.load_kube_config(
+        config.load_kube_config(  # type: ignore[no-untyped-call]
             config_file=path,
             context=context,
             client_configuration=configuration,
@@ -108,7 +112,9 @@ def connect(kubeconfig: str | None, context: str | None) -> Connection:
 
 def _in_cluster(configuration: Any) -> Connection:
     try:
-        config.load_incluster_config(client_configuration=configuration)
+        config.load_incluster_config(  # type: ignore[no-untyped-call]
+            client_configuration=configuration
+        )
     except ConfigException as exc:
         raise KubeError(f"no kubeconfig, and the in-cluster configuration failed: {exc}") from exc
     namespace = "default"
@@ -258,7 +264,9 @@ class Kube:
         except ApiException as exc:
             raise _api_error(exc) from exc
         except urllib3.exceptions.HTTPError as exc:
-            raise KubeError(f"cannot reach the Kubernetes API server at {self.host}: {exc}") from exc
+            raise KubeError(
+                f"cannot reach the Kubernetes API server at {self.host}: {exc}"
+            ) from exc
         try:
             value = json.loads(body)
         except ValueError as exc:

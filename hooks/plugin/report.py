@@ -208,9 +208,7 @@ def _members_note(
     pods: Mapping[str, Any],
 ) -> str | None:
     if isinstance(status_members, list):
-        missing = sorted(
-            set(pods) - {m.get("name") for m in status_members if isinstance(m, dict)}
-        )
+        missing = sorted(set(pods) - {m.get("name") for m in status_members if isinstance(m, dict)})
         if missing:
             return (
                 f"not in the status yet (no sync has probed them): {', '.join(missing)}; "
