@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 TOKEN = "test-token-0123456789"
 USER = "jane@example.com"
@@ -82,6 +82,8 @@ class FakeKubeAPI:
     objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     #: (verb, plural) the user may not use, e.g. ("get", "secrets"), ("list", "pods").
     forbidden: set[tuple[str, str]] = field(default_factory=set)
+    #: (namespace, pod) -> what the pod's Patroni answers on GET /patroni (absent: refused).
+    patroni: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     token: str = TOKEN
     requests: list[str] = field(default_factory=list)
     authorizations: list[str | None] = field(default_factory=list)
@@ -188,6 +190,31 @@ class FakeKubeAPI:
 
     # -------------------------------------------------------------- answering
 
+    def _proxy(self, namespace: str, target: str, path: str) -> tuple[int, dict[str, Any]]:
+        """``pods/<[scheme:]name:port>/proxy/<path>``: the API server relays to the pod."""
+        parts = target.split(":")
+        pod, port = parts[-2], parts[-1]
+        if ("get", "pods/proxy") in self.forbidden:
+            message = (
+                f'pods "{pod}" is forbidden: User "{USER}" cannot get resource "pods/proxy" in '
+                f'API group "" in the namespace "{namespace}"'
+            )
+            details = {"name": pod, "kind": "pods"}
+            return 403, _status(403, "Forbidden", message, details)
+        obj = self.objects.get(("pods", namespace, pod))
+        if obj is None:
+            return 404, _status(
+                404, "NotFound", f'pods "{pod}" not found', {"name": pod, "kind": "pods"}
+            )
+        body = self.patroni.get((namespace, pod))
+        if body is None or path != "patroni":
+            ip = obj.get("status", {}).get("podIP")
+            message = (
+                f"error trying to reach service: dial tcp {ip}:{port}: connect: connection refused"
+            )
+            return 503, _status(503, "ServiceUnavailable", message, None)
+        return 200, copy.deepcopy(body)
+
     def answer(self, raw_path: str, authorization: str | None) -> tuple[int, dict[str, Any]]:
         if authorization != f"Bearer {self.token}":
             return 401, _status(401, "Unauthorized", "Unauthorized", None)
@@ -203,6 +230,13 @@ class FakeKubeAPI:
         namespace = ""
         if len(rest) >= 3 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
+        if (
+            api_version == "v1"
+            and namespace
+            and len(rest) >= 3
+            and rest[::2][:2] == ["pods", "proxy"]
+        ):
+            return self._proxy(namespace, unquote(rest[1]), "/".join(rest[3:]))
         if not rest or len(rest) > 2:
             return 404, _not_served()
         plural, name = rest[0], (rest[1] if len(rest) == 2 else None)

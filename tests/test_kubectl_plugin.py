@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 import yaml
@@ -34,7 +35,7 @@ from flask.testing import FlaskClient
 
 from hooks.plugin import checks, cli
 from standin.apply import World, apply_reply, check_reply
-from tests.helpers import FakeProber, down, fixture
+from tests.helpers import FakeProber, down, fixture, patroni_body
 from tests.kubeapi import COMPOSITECONTROLLERS, FakeKubeAPI, endpoint_slice_for
 from tests.readonly_helpers import MIB, READ_ONLY, answer, backup_fields
 
@@ -247,8 +248,12 @@ def test_status_json_carries_the_same_facts(kubeconfig: Path) -> None:
         "node": "kind-worker",
         "terminating": False,
     }
-    assert members[P1]["lag"] == {"withinBytes": 16 * MIB, "source": "ReplicasRouted"}
-    assert members[P2]["lag"] == {"withinBytes": None, "source": None}
+    assert members[P1]["lag"] == {
+        "bytes": None,
+        "withinBytes": 16 * MIB,
+        "source": "ReplicasRouted",
+    }
+    assert members[P2]["lag"] == {"bytes": None, "withinBytes": None, "source": None}
     assert all(m["reachable"] is True for m in members.values())
     assert cluster["readOnly"]["endpoints"] == [{"pod": P1, "ip": IPS[P1]}]
     assert cluster["backup"]["lastSuccessful"] == {
@@ -672,3 +677,70 @@ def test_check_json_and_colour(kubeconfig: Path, api: FakeKubeAPI) -> None:
     assert cli.main(["check", "--kubeconfig", str(kubeconfig)], tty, io.StringIO(), {}) == 1
     assert f"{ESC}31mFAIL{ESC}0m  Secret pg-failover-hook" in tty.getvalue()
     assert f"{ESC}32mok  {ESC}0m" in tty.getvalue()
+
+
+# ------------------------------------------------------------------ status --lag
+
+
+def serve_patroni(api: FakeKubeAPI, behind: dict[str, int]) -> None:
+    """Each member's GET /patroni: P0 leads at 200 MiB, the others replay ``behind`` it."""
+    leader_at = 200 * MIB
+    for name in (P0, P1, P2):
+        if name == P0:
+            body = patroni_body("primary", name=name)
+            body["xlog"] = {"location": leader_at}
+        else:
+            body = patroni_body("replica", name=name)
+            body["xlog"].update(
+                received_location=leader_at, replayed_location=leader_at - behind[name]
+            )
+        api.patroni[(NS, name)] = body
+
+
+def test_status_lag_asks_each_patroni_through_the_pod_proxy(
+    kubeconfig: Path, api: FakeKubeAPI
+) -> None:
+    serve_patroni(api, {P1: 0, P2: 64 * MIB + 512 * 1024})
+    code, out, err = run("status", "--lag", "--kubeconfig", str(kubeconfig))
+    assert (code, err) == (0, "")
+    rows = member_rows(out)
+    assert rows[P0][5] == "-"  # after the primary's star
+    assert rows[P1][4:6] == ["0", "B"]
+    assert rows[P2][4:6] == ["64.5", "MiB"]
+    assert "Lag not measured" not in out
+    proxied = sorted(unquote(r) for r in api.requests if "/proxy/" in r)
+    assert proxied == [f"/api/v1/namespaces/{NS}/pods/{p}:8008/proxy/patroni" for p in (P0, P1, P2)]
+
+    code, out, _ = run("status", "--lag", "-o", "json", "--kubeconfig", str(kubeconfig))
+    members = {m["name"]: m for m in json.loads(out)["clusters"][0]["members"]}
+    assert members[P2]["lag"] == {
+        "bytes": 64 * MIB + 512 * 1024,
+        "withinBytes": None,
+        "source": "patroni",
+    }
+    assert members[P0]["lag"]["source"] == "leader"
+
+
+def test_status_lag_says_why_a_member_was_not_measured(kubeconfig: Path, api: FakeKubeAPI) -> None:
+    serve_patroni(api, {P1: 0, P2: 0})
+    del api.patroni[(NS, P2)]
+    code, out, _ = run("status", "--lag", "--kubeconfig", str(kubeconfig))
+    assert code == 0
+    assert member_rows(out)[P2][4] == "?"
+    assert (
+        "Lag not measured for pg-orders-2: error trying to reach service: dial tcp "
+        f"{IPS[P2]}:8008: connect: connection refused (HTTP 503)" in out
+    )
+    del api.patroni[(NS, P0)]
+    out = run("status", "--lag", "--kubeconfig", str(kubeconfig))[1]
+    assert "pg-orders-1: no running leader answered" in out
+
+    api.forbidden.add(("get", "pods/proxy"))
+    code, out, _ = run("status", "--lag", "--kubeconfig", str(kubeconfig))
+    assert code == 0
+    rows = member_rows(out)
+    assert (rows[P0][5], rows[P1][4], rows[P2][4]) == ("?", "?", "?")
+    assert (
+        'pg-orders-0: no permission: pods "pg-orders-0" is forbidden: User "jane@example.com" '
+        'cannot get resource "pods/proxy" in API group "" in the namespace "databases"' in out
+    )

@@ -13,8 +13,10 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TextIO
 
+from hooks.members import MemberStatus
 from hooks.plugin import checks, report
 from hooks.plugin.checks import Check
 from hooks.plugin.kube import Kube, KubeError, connect
@@ -75,12 +77,18 @@ def _parser() -> argparse.ArgumentParser:
         description="Show and check pg-failover-hook's PostgreSQLClusters.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser(
+    status = sub.add_parser(
         "status",
         parents=[common],
         help="primary, members, conditions, read-only endpoints, last backup",
         description="Show each PostgreSQLCluster's primary, members (role, state, timeline, "
         "lag, reachable), conditions, read-only endpoints and last backup.",
+    )
+    status.add_argument(
+        "--lag",
+        action="store_true",
+        help="also ask each member's Patroni (GET /patroni through the API server's pod proxy; "
+        "needs get on pods/proxy) for its replay lag",
     )
     check = sub.add_parser(
         "check",
@@ -128,7 +136,7 @@ def main(
             key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"].get("name", "")),
         )
         if args.command == "status":
-            return _status(kube, clusters, namespace, args.output, style, out, err)
+            return _status(kube, clusters, namespace, args, style, out, err)
         return _check(kube, clusters, namespace, args, style, out, err)
     except KubeError as exc:
         err.write(f"{err_style.bad('error:')} {exc.message}\n")
@@ -141,11 +149,12 @@ def _status(
     kube: Kube,
     clusters: list[dict[str, Any]],
     namespace: str | None,
-    output: str,
+    args: argparse.Namespace,
     style: report.Style,
     out: TextIO,
     err: TextIO,
 ) -> int:
+    output = args.output
     reports = []
     for cluster in clusters:
         ns = cluster["metadata"].get("namespace", "")
@@ -157,7 +166,8 @@ def _status(
                 pods = kube.pods(ns, selector)
             except KubeError as exc:
                 pods_error = exc.message
-        entry = report.build(cluster, pods)
+        live = _ask_patroni(kube, cluster, pods) if args.lag else None
+        entry = report.build(cluster, pods, live)
         if pods_error:
             entry["membersNote"] = f"the Pods could not be read ({pods_error})"
         reports.append(entry)
@@ -170,6 +180,29 @@ def _status(
         return EXIT_OK
     out.write(report.render(reports, style))
     return EXIT_OK
+
+
+def _ask_patroni(
+    kube: Kube, cluster: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+) -> dict[str, MemberStatus | str]:
+    """Every member's ``GET /patroni`` at once (bounded: one request per Pod, each timed out)."""
+    ns = cluster["metadata"].get("namespace", "")
+    patroni = (cluster.get("spec") or {}).get("patroni") or {}
+    port = patroni.get("port", 8008)
+    scheme = patroni.get("scheme", "http")
+    names = sorted(str(p["metadata"]["name"]) for p in pods if (p.get("status") or {}).get("podIP"))
+    if not names:
+        return {}
+
+    def ask(name: str) -> MemberStatus | str:
+        try:
+            body = kube.patroni(ns, name, int(port), str(scheme))
+        except KubeError as exc:
+            return exc.message
+        return MemberStatus.from_api_response(name, 200, body, health_path="/patroni")
+
+    with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
+        return dict(zip(names, pool.map(ask, names), strict=True))
 
 
 def _check(

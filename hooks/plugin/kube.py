@@ -244,6 +244,18 @@ class Kube:
             found += [{**item, "kind": kind} for item in _items(self._read(method, namespace))]
         return found
 
+    def patroni(self, namespace: str, pod: str, port: int, scheme: str) -> dict[str, Any]:
+        """One member's ``GET /patroni``, through the API server's pod proxy (``pods/proxy``).
+
+        Read-only, bounded by the request timeout like every other read, and sent by the API
+        server, so it needs no route from the user's machine to the pod network and no more
+        than the user's RBAC allows. Patroni answers ``/patroni`` with 200 whatever its role.
+        """
+        target = f"https:{pod}:{port}" if scheme == "https" else f"{pod}:{port}"
+        return self._read(
+            self._core.connect_get_namespaced_pod_proxy_with_path, target, namespace, "patroni"
+        )
+
     # -------------------------------------------------------------- plumbing
 
     def _optional(self, method: Callable[..., Any], *args: Any) -> dict[str, Any] | None:

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hooks.members import MemberStatus
+
 LEADER_ROLES = ("primary", "master", "standby_leader")
 OPTIONAL_CONDITIONS = ("ReplicasRouted", "BackupScheduled")
 DEFAULT_MAX_LAG = 16 * 1024 * 1024
@@ -30,8 +32,17 @@ DEFAULT_MAX_LAG = 16 * 1024 * 1024
 # ------------------------------------------------------------------ building the report
 
 
-def build(cluster: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """The report of one cluster as plain JSON data (what ``-o json`` prints)."""
+def build(
+    cluster: Mapping[str, Any],
+    pods: Iterable[Mapping[str, Any]],
+    live: Mapping[str, MemberStatus | str] | None = None,
+) -> dict[str, Any]:
+    """The report of one cluster as plain JSON data (what ``-o json`` prints).
+
+    ``live`` (``status --lag``) holds each member's own ``GET /patroni`` answer, or why it
+    could not be had; the lag of each replica is then measured as the hook measures it: the
+    leader's WAL location minus the replica's replayed location, from the same round.
+    """
     meta = _map(cluster.get("metadata"))
     spec = _map(cluster.get("spec"))
     status = _map(cluster.get("status"))
@@ -41,6 +52,7 @@ def build(cluster: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> dict
     primary = _str(status.get("primary"))
     read_only = _read_only(spec, status, by_type, pods_by_name)
     within = _within_limit(read_only, by_type)
+    measured = measure_lag(live) if live is not None else None
 
     members: list[dict[str, Any]] = []
     status_members = status.get("members")
@@ -51,10 +63,12 @@ def build(cluster: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> dict
         name = entry["name"]
         seen.add(name)
         members.append(
-            _member(name, entry, pods_by_name.get(name), primary, within, in_status=True)
+            _member(name, entry, pods_by_name.get(name), primary, within, measured, in_status=True)
         )
     for name in sorted(set(pods_by_name) - seen):
-        members.append(_member(name, {}, pods_by_name[name], primary, within, in_status=False))
+        members.append(
+            _member(name, {}, pods_by_name[name], primary, within, measured, in_status=False)
+        )
     members.sort(key=lambda m: str(m["name"]))
 
     generation = meta.get("generation")
@@ -82,16 +96,19 @@ def _member(
     pod: Mapping[str, Any] | None,
     primary: str | None,
     within: tuple[int, frozenset[str]] | None,
+    measured: Mapping[str, dict[str, Any]] | None,
     *,
     in_status: bool,
 ) -> dict[str, Any]:
     role = _str(entry.get("role"))
     reachable = entry.get("reachable") if isinstance(entry.get("reachable"), bool) else None
-    lag: dict[str, Any] = {"withinBytes": None, "source": None}
-    if role in LEADER_ROLES:
-        lag = {"withinBytes": 0, "source": "leader"}
+    lag: dict[str, Any] = {"bytes": None, "withinBytes": None, "source": None}
+    if measured is not None:
+        lag = measured.get(name) or {**lag, "error": "not asked: no Pod IP"}
+    elif role in LEADER_ROLES:
+        lag = {**lag, "source": "leader"}
     elif within is not None and name in within[1]:
-        lag = {"withinBytes": within[0], "source": "ReplicasRouted"}
+        lag = {**lag, "withinBytes": within[0], "source": "ReplicasRouted"}
     return {
         "name": name,
         "primary": name == primary,
@@ -103,6 +120,40 @@ def _member(
         "inStatus": in_status,
         "pod": _pod(pod),
     }
+
+
+def measure_lag(live: Mapping[str, MemberStatus | str]) -> dict[str, dict[str, Any]]:
+    """Each member's replay lag from one round of ``GET /patroni`` answers.
+
+    The reference is the one running member that reports a leader role; with none or
+    several there is no reference and no replica gets a number (the reason says why).
+    """
+    answers = {n: a for n, a in live.items() if isinstance(a, MemberStatus)}
+    leaders = [
+        a
+        for a in answers.values()
+        if a.role in LEADER_ROLES and a.state == "running" and a.wal_position is not None
+    ]
+    out: dict[str, dict[str, Any]] = {}
+    for name, answer in live.items():
+        entry: dict[str, Any] = {"bytes": None, "withinBytes": None, "source": "patroni"}
+        if isinstance(answer, str):
+            entry["error"] = answer
+        elif answer.role in LEADER_ROLES:
+            entry["source"] = "leader"
+        elif len(leaders) != 1:
+            entry["error"] = (
+                "no running leader answered"
+                if not leaders
+                else "several members report a leader role"
+            )
+        elif answer.wal_position is None:
+            entry["error"] = f"no replayed WAL position (role {answer.role}, state {answer.state})"
+        else:
+            assert leaders[0].wal_position is not None
+            entry["bytes"] = max(0, leaders[0].wal_position - answer.wal_position)
+        out[name] = entry
+    return out
 
 
 def _within_limit(
@@ -349,12 +400,17 @@ def _render_one(report: Mapping[str, Any], style: Style) -> str:
         lines += _table(rows, styles)
         lines.append(
             s.dim(
-                "  * the pod the primary Service selects. LAG ≤ N: listed by the read-only "
-                "Service within maxLagBytes (the status records no lag in bytes)."
+                "  * the pod the primary Service selects. LAG: measured now with --lag; "
+                "≤ N: listed by the read-only Service within maxLagBytes."
             )
         )
     if report.get("membersNote"):
         lines.append(s.warn(f"  Note: {report['membersNote']}"))
+    lag_errors = [
+        f"{m['name']}: {m['lag']['error']}" for m in report["members"] if m["lag"].get("error")
+    ]
+    if lag_errors:
+        lines.append(s.warn(f"  Lag not measured for {'; '.join(lag_errors)}"))
 
     lines += ["", s.bold("Conditions")]
     conditions = report.get("conditions") or []
@@ -419,8 +475,20 @@ def _render_one(report: Mapping[str, Any], style: Style) -> str:
 def _lag_text(lag: Mapping[str, Any]) -> str:
     if lag.get("source") == "leader":
         return "-"
+    if isinstance(lag.get("bytes"), int):
+        return human_bytes(lag["bytes"])
     within = lag.get("withinBytes")
     return f"≤ {format_bytes(within)}" if isinstance(within, int) else "?"
+
+
+def human_bytes(value: int) -> str:
+    """A measured lag: ``0 B``, ``512 B``, ``12.0 KiB``, ``64.0 MiB``."""
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{value} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
 
 
 def _pod_text(pod: Mapping[str, Any] | None) -> str:
