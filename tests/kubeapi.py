@@ -9,12 +9,14 @@ exceptions. It answers the way kube-apiserver does, for what the plugin reads:
 - A collection is a ``<Kind>List`` with ``apiVersion``, ``metadata.resourceVersion`` and
   ``items``. Items of built-in types carry no ``kind``/``apiVersion`` (the API server's typed
   lists leave them out); custom resources' items keep them (unstructured lists do).
-- Errors are ``Status`` objects: a group/version or resource the server does not serve is a
-  404 that names nothing ("the server could not find the requested resource"); a missing
-  object is a 404 whose ``details`` name it (``<resource>[.<group>] "<name>" not found``); a
-  request without the expected bearer token is a 401; a verb the user may not use is a 403
-  with the authorizer's sentence (``... cannot list resource "pods" in API group "" in the
-  namespace "databases"``).
+- A group/version or resource the server does not serve (a CRD not installed) falls through
+  every handler to the API server's last one, ``notfoundhandler``, which answers Go's
+  ``http.NotFound``: a plain-text ``404 page not found``, no ``Status``. Other errors are
+  ``Status`` objects: a missing object is a 404 whose ``details`` name it
+  (``<resource>[.<group>] "<name>" not found``); a request without the expected bearer token
+  is a 401; a verb the user may not use is a 403 with the authorizer's sentence (``...
+  cannot list resource "pods" in API group "" in the namespace "databases"``); a pod proxy
+  to a port nothing listens on is a 503 ``error trying to reach service``.
 
 Everything stays on 127.0.0.1 with an ephemeral port; the server thread is a daemon, and
 :meth:`FakeKubeAPI.close` stops it and closes the socket.
@@ -137,9 +139,12 @@ class FakeKubeAPI:
                 api.requests.append(self.path)
                 api.authorizations.append(self.headers.get("Authorization"))
                 code, body = api.answer(self.path, self.headers.get("Authorization"))
-                data = json.dumps(body).encode()
+                if isinstance(body, str):
+                    data, content_type = body.encode(), "text/plain; charset=utf-8"
+                else:
+                    data, content_type = json.dumps(body).encode(), "application/json"
                 self.send_response(code)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -215,7 +220,7 @@ class FakeKubeAPI:
             return 503, _status(503, "ServiceUnavailable", message, None)
         return 200, copy.deepcopy(body)
 
-    def answer(self, raw_path: str, authorization: str | None) -> tuple[int, dict[str, Any]]:
+    def answer(self, raw_path: str, authorization: str | None) -> tuple[int, dict[str, Any] | str]:
         if authorization != f"Bearer {self.token}":
             return 401, _status(401, "Unauthorized", "Unauthorized", None)
         parts = urlsplit(raw_path)
@@ -293,8 +298,8 @@ def _status(
     return body
 
 
-def _not_served() -> dict[str, Any]:
-    return _status(404, "NotFound", "the server could not find the requested resource", {})
+def _not_served() -> str:
+    return "404 page not found\n"
 
 
 def _forbidden(res: Resource, verb: str, namespace: str, name: str | None) -> dict[str, Any]:
