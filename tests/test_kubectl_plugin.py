@@ -187,7 +187,7 @@ def kubeconfig(api: FakeKubeAPI, tmp_path: Path, env: dict[str, str]) -> Path:
 
 def member_rows(out: str) -> dict[str, list[str]]:
     """The Members table's rows, split on blanks, by pod name."""
-    section = out.split("\nMembers\n", 1)[1].split("\n\n", 1)[0]
+    section = out.split("\nMembers", 1)[1].split("\n\n", 1)[0]
     rows = [line.split() for line in section.splitlines() if line.startswith("  pg-orders-")]
     return {row[0]: row for row in rows}
 
@@ -744,3 +744,22 @@ def test_status_lag_says_why_a_member_was_not_measured(kubeconfig: Path, api: Fa
         'pg-orders-0: no permission: pods "pg-orders-0" is forbidden: User "jane@example.com" '
         'cannot get resource "pods/proxy" in API group "" in the namespace "databases"' in out
     )
+
+
+def test_status_shows_why_a_member_did_not_answer_when_the_status_says(
+    kubeconfig: Path, api: FakeKubeAPI
+) -> None:
+    """``members[].reason`` and ``membersAnswered`` (issue 10's status fields), when present."""
+    status = api.get("postgresqlclusters", NS, CLUSTER)["status"]
+    status["membersAnswered"] = "2/3"
+    status["members"][2] = {"name": P2, "reachable": False, "reason": "read timeout"}
+    code, out, _ = run("status", "--kubeconfig", str(kubeconfig))
+    assert code == 0
+    assert "Members (2/3 answered as Patroni)" in out
+    assert "Not answering as Patroni: pg-orders-2: read timeout" in out
+    assert member_rows(out)[P2][:6] == [P2, "?", "?", "?", "?", "no"]
+    (cluster,) = json.loads(run("status", "-o", "json", "--kubeconfig", str(kubeconfig))[1])[
+        "clusters"
+    ]
+    assert cluster["membersAnswered"] == "2/3"
+    assert [m["reason"] for m in cluster["members"]] == [None, None, "read timeout"]

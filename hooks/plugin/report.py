@@ -82,6 +82,7 @@ def build(
         "ready": by_type.get("Ready"),
         "generation": generation if isinstance(generation, int) else None,
         "observedGeneration": observed if isinstance(observed, int) else None,
+        "membersAnswered": _str(status.get("membersAnswered")),
         "members": members,
         "membersNote": _members_note(status, status_members, by_type, pods_by_name),
         "conditions": conditions,
@@ -116,6 +117,7 @@ def _member(
         "state": _str(entry.get("state")),
         "timeline": entry.get("timeline") if isinstance(entry.get("timeline"), int) else None,
         "reachable": reachable,
+        "reason": _str(entry.get("reason")),
         "lag": lag,
         "inStatus": in_status,
         "pod": _pod(pod),
@@ -363,7 +365,8 @@ def _render_one(report: Mapping[str, Any], style: Style) -> str:
         )
     lines += [f"{label + ':' if label else '':<10}{value}" for label, value in fields]
 
-    lines += ["", s.bold("Members")]
+    answered = report.get("membersAnswered")
+    lines += ["", s.bold("Members") + (f" ({answered} answered as Patroni)" if answered else "")]
     rows = [["NAME", "ROLE", "STATE", "TL", "LAG", "REACHABLE", "POD", "IP", "NODE"]]
     styles: list[list[Any]] = [[s.dim] * 9]
     for m in report["members"]:
@@ -406,6 +409,9 @@ def _render_one(report: Mapping[str, Any], style: Style) -> str:
         )
     if report.get("membersNote"):
         lines.append(s.warn(f"  Note: {report['membersNote']}"))
+    reasons = [f"{m['name']}: {m['reason']}" for m in report["members"] if m.get("reason")]
+    if reasons:
+        lines.append(s.warn(f"  Not answering as Patroni: {'; '.join(reasons)}"))
     lag_errors = [
         f"{m['name']}: {m['lag']['error']}" for m in report["members"] if m["lag"].get("error")
     ]
