@@ -763,3 +763,25 @@ def test_status_shows_why_a_member_did_not_answer_when_the_status_says(
     ]
     assert cluster["membersAnswered"] == "2/3"
     assert [m["reason"] for m in cluster["members"]] == [None, None, "read timeout"]
+
+
+def test_pods_that_cannot_be_listed_are_said_not_guessed(
+    kubeconfig: Path, api: FakeKubeAPI
+) -> None:
+    api.forbidden.add(("list", "pods"))
+    code, out, _ = run("status", "--kubeconfig", str(kubeconfig))
+    assert code == 0
+    assert (
+        "Note: the Pods could not be read (no permission: pods is forbidden: User "
+        '"jane@example.com" cannot list resource "pods" in API group "" in the namespace '
+        '"databases")' in out
+    )
+    # POD "?", IP "-", NODE "-": nothing from the Pods; the rest from the status.
+    assert [r[-4:] for r in member_rows(out).values()] == [["yes", "?", "-", "-"]] * 3
+    code, out, _ = run("check", "--kubeconfig", str(kubeconfig))
+    assert code == 1
+    assert failed(out) == [
+        f"databases/pg-orders: Service {PRIMARY}: cannot list the Pods it selects: no "
+        'permission: pods is forbidden: User "jane@example.com" cannot list resource "pods" in '
+        'API group "" in the namespace "databases"'
+    ]

@@ -159,14 +159,14 @@ def _status(
     for cluster in clusters:
         ns = cluster["metadata"].get("namespace", "")
         selector = cluster.get("spec", {}).get("primarySelector") or {}
-        pods: list[dict[str, Any]] = []
+        pods: list[dict[str, Any]] | None = []
         pods_error = None
         if isinstance(selector, dict) and selector:
             try:
                 pods = kube.pods(ns, selector)
             except KubeError as exc:
-                pods_error = exc.message
-        live = _ask_patroni(kube, cluster, pods) if args.lag else None
+                pods, pods_error = None, exc.message
+        live = _ask_patroni(kube, cluster, pods or []) if args.lag else None
         entry = report.build(cluster, pods, live)
         if pods_error:
             entry["membersNote"] = f"the Pods could not be read ({pods_error})"

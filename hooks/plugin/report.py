@@ -34,11 +34,12 @@ DEFAULT_MAX_LAG = 16 * 1024 * 1024
 
 def build(
     cluster: Mapping[str, Any],
-    pods: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]] | None,
     live: Mapping[str, MemberStatus | str] | None = None,
 ) -> dict[str, Any]:
     """The report of one cluster as plain JSON data (what ``-o json`` prints).
 
+    ``pods`` is ``None`` when the Pods could not be read (their columns then say ``?``).
     ``live`` (``status --lag``) holds each member's own ``GET /patroni`` answer, or why it
     could not be had; the lag of each replica is then measured as the hook measures it: the
     leader's WAL location minus the replica's replayed location, from the same round.
@@ -48,7 +49,7 @@ def build(
     status = _map(cluster.get("status"))
     conditions = [_condition(c) for c in _list(status.get("conditions")) if isinstance(c, dict)]
     by_type = {c["type"]: c for c in conditions}
-    pods_by_name = {str(_map(p.get("metadata")).get("name")): p for p in pods}
+    pods_by_name = {str(_map(p.get("metadata")).get("name")): p for p in pods or ()}
     primary = _str(status.get("primary"))
     read_only = _read_only(spec, status, by_type, pods_by_name)
     within = _within_limit(read_only, by_type)
@@ -83,6 +84,7 @@ def build(
         "generation": generation if isinstance(generation, int) else None,
         "observedGeneration": observed if isinstance(observed, int) else None,
         "membersAnswered": _str(status.get("membersAnswered")),
+        "podsRead": pods is not None,
         "members": members,
         "membersNote": _members_note(status, status_members, by_type, pods_by_name),
         "conditions": conditions,
@@ -379,7 +381,7 @@ def _render_one(report: Mapping[str, Any], style: Style) -> str:
             "?" if m.get("timeline") is None else str(m["timeline"]),
             _lag_text(m["lag"]),
             reach,
-            _pod_text(pod),
+            _pod_text(pod) if report.get("podsRead", True) else "?",
             (pod or {}).get("ip") or "-",
             (pod or {}).get("node") or "-",
         ]
