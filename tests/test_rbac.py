@@ -34,6 +34,14 @@ import yaml
 from flask.testing import FlaskClient
 
 from tests.helpers import fixture
+from tests.readonly_helpers import (
+    P0,
+    backup_fields,
+    cluster_answers,
+    request_body,
+    rs_spec,
+    run,
+)
 from tests.test_manifests import K8S_VERSIONS, REPO, rendered
 
 HELM_VALUES = REPO / "deploy" / "metacontroller-values.yaml"
@@ -221,8 +229,29 @@ def related_needs(client: FlaskClient) -> list[Need]:
     return needs
 
 
+#: The resource of each kind the sync hook can answer with (the children Metacontroller writes).
+CHILD_RESOURCES = {
+    ("", "Service"): "services",
+    ("discovery.k8s.io", "EndpointSlice"): "endpointslices",
+    ("batch", "CronJob"): "cronjobs",
+}
+
+
+def emitted_child_needs() -> list[Need]:
+    """What Metacontroller must do with every kind of child the sync hook answers with."""
+    spec = {**rs_spec(), "backup": backup_fields()}  # every optional child asked for
+    _, outcome = run(request_body(spec=spec), cluster_answers(P0))
+    kinds = {(split_api_version(c["apiVersion"]), c["kind"]) for c in outcome.body["children"]}
+    assert kinds == set(CHILD_RESOURCES), f"a new child kind: map it to its resource: {kinds}"
+    return [
+        Need(group, CHILD_RESOURCES[(group, kind)], verb, "a child the hook answers with")
+        for group, kind in sorted(kinds)
+        for verb in CHILD_VERBS
+    ]
+
+
 def all_needs(client: FlaskClient) -> list[Need]:
-    needs = metacontroller_own_needs() + related_needs(client)
+    needs = metacontroller_own_needs() + related_needs(client) + emitted_child_needs()
     for cc in compositecontrollers().values():
         needs += controller_needs(cc)
     return needs
