@@ -6,7 +6,8 @@ Test design notes:
   from every CompositeController that ``kubectl kustomize`` renders for every kustomization
   under ``deploy/`` (the base and each overlay), the related types from what the real
   ``/customize`` handler answers for specs with and without the optional parts, the Secrets
-  (and ConfigMaps) from the rendered ``endpointConfigs``; plus what Metacontroller itself does
+  (and ConfigMaps) from the rendered ``endpointConfigs``, the child kinds the sync hook answers
+  with when every optional part is asked for; plus what Metacontroller itself does
   whatever the controller (leader election, Events, its own objects), each with the v4.17.2
   call that needs it.
 * The rules are checked the way the API server's RBAC authorizer reads them (a rule matches
