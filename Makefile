@@ -23,7 +23,7 @@ demo: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/gunicorn -c python:hooks.gunicorn_conf 'hooks.app:create_app()'
 
-CODE := $(wildcard hooks tests standin devcluster bench demo)
+CODE := $(wildcard hooks tests standin devcluster bench demo ops)
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(CODE)
