@@ -1516,9 +1516,16 @@ def test_dockerfile_final_stage() -> None:
     assert len(stages) == 2, "builder + runtime"
     builder, final = stages
     for stage in stages:
-        assert re.fullmatch(r"python:3\.11(\.\d+)?-slim(-\w+)?( AS \w+)?", stage[0][1]), stage[0]
+        assert re.fullmatch(
+            r"python:3\.11(\.\d+)?-slim(-\w+)?@sha256:[0-9a-f]{64}( AS \w+)?", stage[0][1]
+        ), f"the base is pinned by digest: {stage[0]}"
+    assert builder[0][1].split(" AS ")[0] == final[0][1], "both stages on the same base"
     assert builder[0][1].endswith(" AS builder")
-    assert any(k == "RUN" and "pip install --no-cache-dir ." in a for k, a in builder)
+    assert any(
+        k == "RUN" and "--require-hashes" in a and "-r requirements/runtime.txt" in a
+        for k, a in builder
+    ), "dependencies from the lock"
+    assert any(k == "RUN" and "pip install --no-cache-dir --no-deps ." in a for k, a in builder)
     assert any(k == "RUN" and "compileall" in a for k, a in builder)
 
     final_instructions = [k for k, _ in final]
