@@ -1120,7 +1120,9 @@ def test_namespace_enforces_restricted() -> None:
 def test_deployment_shape() -> None:
     deployment = find(rendered("deploy"), "Deployment", HOOK_NAME)
     spec = deployment["spec"]
-    assert spec["replicas"] >= 3
+    assert "replicas" not in spec, "the HPA owns the replica count: a re-apply must not reset it"
+    hpa = find(rendered("deploy"), "HorizontalPodAutoscaler", HOOK_NAME)
+    assert hpa["spec"]["minReplicas"] >= 3
     assert spec["selector"]["matchLabels"] == POD_LABELS
     assert selects(spec["selector"], spec["template"]["metadata"]["labels"])
     assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
