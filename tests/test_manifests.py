@@ -88,7 +88,7 @@ SCRAPER_NAMESPACE_SELECTORS = [
 ]
 
 #: Every kustomization a cluster admin may apply.
-TARGETS = ["deploy", "deploy/events", "deploy/mtls"]
+TARGETS = ["deploy", "deploy/events", "deploy/mtls", "deploy/mtls-transition"]
 #: The Secret with the caller tokens: Metacontroller sends its key "token", the hook mounts it.
 AUTH_SECRET = "pg-failover-hook-auth"
 AUTH_MOUNT = "/etc/pg-failover-hook/auth"
@@ -1053,7 +1053,8 @@ def _hook_pod_spec(target: str = "deploy") -> dict[str, Any]:
 
 
 def _hook_container(target: str = "deploy") -> dict[str, Any]:
-    (container,) = _hook_pod_spec(target)["containers"]
+    """The container named "hook" (deploy/mtls-transition adds "hook-tls" next to it)."""
+    (container,) = [c for c in _hook_pod_spec(target)["containers"] if c["name"] == "hook"]
     return container
 
 
@@ -1283,12 +1284,21 @@ def ingress_problems(objects: list[dict[str, Any]]) -> list[str]:
     if not policies:
         return ["no NetworkPolicy isolates the hook pods for ingress"]
     peers_seen = {"metacontroller": False, "scraper": False}
+    # The ports the hook's containers serve (8080; 8443 with deploy/mtls; both in the
+    # transition), and nothing else.
+    deployment = find(objects, "Deployment", HOOK_NAME)
+    served = sorted(
+        p["containerPort"]
+        for c in deployment["spec"]["template"]["spec"]["containers"]
+        for p in c.get("ports", [])
+    )
+    wanted = [{"port": port, "protocol": "TCP"} for port in served]
     for policy in policies:
         name = policy["metadata"]["name"]
         for index, rule in enumerate(policy["spec"].get("ingress", [])):
             where = f"{name}.ingress[{index}]"
-            if rule.get("ports") != [{"port": 8080, "protocol": "TCP"}]:
-                problems.append(f"{where}: ports must be exactly TCP 8080")
+            if sorted(rule.get("ports") or [], key=lambda p: p.get("port", 0)) != wanted:
+                problems.append(f"{where}: ports must be exactly TCP {', '.join(map(str, served))}")
             if not rule.get("from"):
                 problems.append(f"{where}: no 'from' admits every source")
                 continue
