@@ -70,6 +70,7 @@ def scan(source: str) -> tuple[set[str], set[str]]:
                 value = _literal(node.values[keys.index("reason")])
                 if value:
                     reasons.add(value)
+    reasons |= _passed_as_reason(tree)
     for statement in tree.body:
         targets = (
             statement.targets
@@ -83,6 +84,47 @@ def scan(source: str) -> tuple[set[str], set[str]]:
             if isinstance(target, ast.Name) and _is_condition_name(target) and _literal(value):
                 types.add(str(_literal(value)))
     return reasons, types
+
+
+#: Kubernetes condition reasons are UpperCamelCase (API conventions); other "reason"
+#: strings in hooks/ (auth refusals like ``no_token``, a member's "connection refused")
+#: are not, so the by-parameter rule below does not pick them up.
+CAMEL_CASE = re.compile(r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)*")
+
+
+def _passed_as_reason(tree: ast.Module) -> set[str]:
+    """UpperCamelCase literals passed, in this module, as the ``reason`` of a function or a
+    dataclass that has one (``_polled("NoRoleLabel", …)``, ``Verdict(kind, "X", …)``)."""
+    slots: dict[str, int | None] = {}  # callable name -> positional index of "reason"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+            if "reason" in names or any(a.arg == "reason" for a in node.args.kwonlyargs):
+                slots[node.name] = names.index("reason") if "reason" in names else None
+        elif isinstance(node, ast.ClassDef):
+            fields = [
+                s.target.id
+                for s in node.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            ]
+            if "reason" in fields:
+                slots[node.name] = fields.index("reason")
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        if name not in slots:
+            continue
+        index = slots[name]
+        candidates = [node.args[index]] if index is not None and len(node.args) > index else []
+        candidates += [k.value for k in node.keywords if k.arg == "reason"]
+        for candidate in candidates:
+            value = _literal(candidate)
+            if value and CAMEL_CASE.fullmatch(value):
+                found.add(value)
+    return found
 
 
 def emitted() -> tuple[dict[str, str], set[str]]:
@@ -152,9 +194,18 @@ def plan():
     c = Condition(type="Frobbed", status="True", reason="FrobKeyword", message="m")
     d = {"type": "Frobbed", "status": "True", "reason": "FrobDict"}
     e = ("x", "y", "NotACondition", "z")
+    f = _polled("FrobPolled", "why")
+    g = Verdict(False, 401, "not_camel_case")
+def _polled(reason, why):
+    return 1
+@dataclass
+class Verdict:
+    ok: bool
+    status: int
+    reason: str
 """
     reasons, types = scan(source)
-    assert reasons == {"FrobOk", "FrobLiteral", "FrobCall", "FrobKeyword", "FrobDict"}
+    assert reasons == {"FrobOk", "FrobLiteral", "FrobCall", "FrobKeyword", "FrobDict", "FrobPolled"}
     assert types == {"Frobbed"}
     text = "### `Frobbed`\n\n| reason |\n|---|\n| `FrobOk` | x |\n"
     assert reasons - documented_reasons(text) == {
@@ -162,6 +213,7 @@ def plan():
         "FrobCall",
         "FrobKeyword",
         "FrobDict",
+        "FrobPolled",
     }
     assert documented_types(text) == {"Frobbed"}
 
