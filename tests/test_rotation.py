@@ -259,3 +259,115 @@ def test_annotating_after_renewals_lets_the_old_certificate_expire(tmp_path: Pat
     failures = refused(model)
     assert failures and all("client_certificate_expired" in f for f in failures)
     assert float(failures[0].split()[0]) >= LIFETIME, "fails exactly when the first one expires"
+
+
+# ------------------------------------------------- the kubectl side, against a fake kubectl
+
+FAKE_KUBECTL = r'''#!/usr/bin/env python3
+"""A fake kubectl over a JSON state file: just the calls ops.rotate.KubectlCluster makes.
+A CompositeController patch records Metacontroller's Stopped/Started Events, as it would."""
+import base64, json, os, sys
+STATE = os.environ["FAKE_KUBECTL_STATE"]
+state = json.load(open(STATE))
+args = sys.argv[1:]
+state["calls"].append(args)
+ns = args[args.index("-n") + 1] if "-n" in args else None
+rest = [a for i, a in enumerate(args) if a != "-n" and (i == 0 or args[i - 1] != "-n")]
+def save():
+    json.dump(state, open(STATE, "w"))
+def out(obj):
+    save(); print(json.dumps(obj)); sys.exit(0)
+verb = rest[0]
+if verb == "get" and rest[1] == "secret":
+    data = state["secrets"].get(f"{ns}/{rest[2]}")
+    if data is None:
+        save(); print("NotFound", file=sys.stderr); sys.exit(1)
+    out({"data": data})
+if verb == "create" and rest[1] == "secret":
+    state["secrets"][f"{ns}/{rest[3]}"] = {}
+    save(); sys.exit(0)
+if verb == "patch" and rest[1] == "secret":
+    assert rest[rest.index("--type") + 1] == "merge"
+    patch = json.loads(rest[rest.index("-p") + 1])
+    data = state["secrets"][f"{ns}/{rest[2]}"]
+    for key, value in patch["data"].items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            base64.b64decode(value, validate=True)
+            data[key] = value
+    save(); sys.exit(0)
+if verb == "get" and rest[1] == "compositecontroller":
+    out(state["cc"])
+if verb == "patch" and rest[1] == "compositecontroller":
+    assert rest[rest.index("--type") + 1] == "json"
+    for op in json.loads(rest[rest.index("-p") + 1]):
+        node = state["cc"]
+        parts = op["path"].split("/")[1:]
+        for part in parts[:-1]:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        last = int(parts[-1]) if isinstance(node, list) else parts[-1]
+        if op["op"] == "test":
+            if node[last] != op["value"]:
+                print("test failed", file=sys.stderr); save(); sys.exit(1)
+        else:
+            node[last] = op["value"]
+    state["started"] += 1
+    out({})
+if verb == "get" and rest[1] == "events":
+    started = {"reason": "Started", "message": "Started controller", "count": state["started"]}
+    out({"items": [started]})
+if verb == "get" and rest[1] == "pods":
+    out({"items": [{"metadata": {"name": p}, "status": {"phase": "Running"}} for p in ("a", "b")]})
+if verb == "exec":
+    path = rest[-1]
+    key = path.rsplit("/", 1)[1]
+    secret = state["secrets"]["pg-failover-hook/pg-failover-hook-auth"]
+    save(); sys.exit(0 if key in secret else 1)
+print("unexpected: " + " ".join(args), file=sys.stderr); save(); sys.exit(2)
+'''
+
+
+def test_the_kubectl_commands_of_a_token_rotation(tmp_path: Path, monkeypatch: Any) -> None:
+    import json
+    import sys
+
+    from ops import rotate
+
+    fake = tmp_path / "kubectl"
+    fake.write_text(FAKE_KUBECTL.replace("#!/usr/bin/env python3", f"#!{sys.executable}"))
+    fake.chmod(0o755)
+    state_file = tmp_path / "state.json"
+    state_file.write_text(
+        json.dumps(
+            {
+                "calls": [],
+                "started": 1,
+                "cc": manifest(),
+                "secrets": {f"{NS}/{SECRET}": {"token": "b2xkLXRva2VuLTAxMjM0NTY3ODk="}},
+            }
+        )
+    )
+    monkeypatch.setenv("FAKE_KUBECTL_STATE", str(state_file))
+    real = rotate.KubectlCluster
+    monkeypatch.setattr(rotate, "KubectlCluster", lambda kubectl: real([str(fake)]))
+    monkeypatch.setattr(rotate, "stamp_now", lambda: "20261130T120000Z")
+
+    assert rotate.main(["token"]) == 0
+
+    state = json.loads(state_file.read_text())
+    entry = state["cc"]["spec"]["endpointConfigs"][0]
+    assert entry["authorization"]["secretRef"]["key"] == "token-20261130T120000Z"
+    data = state["secrets"][f"{NS}/{SECRET}"]
+    assert set(data) == {"token", "token-20261130T120000Z"}
+    assert data["token"] == data["token-20261130T120000Z"], "'token' holds the current token"
+    verbs = [
+        " ".join([a for i, a in enumerate(c) if "-n" not in (a, c[i - 1] if i else "")][:2])
+        for c in state["calls"]
+    ]
+    assert verbs.index("exec a") < verbs.index("patch compositecontroller"), "pods first"
+    # A second rotation with the same stamp is refused before anything changes.
+    calls = len(state["calls"])
+    assert rotate.main(["token"]) == 1
+    state = json.loads(state_file.read_text())
+    assert not any(c[0] == "patch" for c in state["calls"][calls:])
