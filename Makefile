@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo serve test lint bench clean
+.PHONY: venv demo serve test lint bench clean promtool
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { echo "Python's venv module is missing: apt-get install -y python3-venv"; exit 1; }
@@ -31,8 +31,14 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP) lint
+test: $(STAMP) lint promtool
 	$(BIN)/python -m pytest
+
+# The alert tests need promtool and prometheus (Debian's prometheus package; .ci/run installs it).
+promtool:
+	@{ command -v promtool && command -v prometheus; } >/dev/null 2>&1 || { \
+	  echo "promtool/prometheus missing: apt-get install -y prometheus (Debian), as .ci/run does"; \
+	  exit 1; }
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.failover
