@@ -26,6 +26,7 @@ Regenerate deploy/monitoring/prometheusrule.yaml after editing the rules file wi
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -725,6 +726,112 @@ def test_every_metric_an_alert_names_is_exported(hook_metrics: set[str]) -> None
         for rule in group["rules"]:
             unknown = metric_names(rule["expr"]) - known
             assert not unknown, f"{rule.get('alert') or rule.get('record')}: {unknown}"
+
+
+# ---------------------------------------------------------------- dashboard
+
+GRAFANA_VARIABLES = {
+    "$__rate_interval": "5m",
+    "$__range": "1h",
+    "$__interval": "1m",
+    "$namespace": "db",
+    "$cluster": "pg",
+    "$job": "pg-failover-hook",
+}
+
+
+def dashboard() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return loaded
+
+
+def panel_queries() -> list[tuple[str, str]]:
+    """(panel title, expression) of every query, template variables included."""
+    board = dashboard()
+    queries = [
+        (panel["title"], target["expr"])
+        for panel in board["panels"]
+        if panel["type"] != "row"
+        for target in panel["targets"]
+    ]
+    for variable in board["templating"]["list"]:
+        if variable["type"] == "query":
+            match = re.fullmatch(r"label_values\((.*), *\w+\)", variable["query"]["query"])
+            assert match, variable["query"]
+            queries.append((f"variable {variable['name']}", match.group(1)))
+    return queries
+
+
+def substitute(expr: str) -> str:
+    for name, value in sorted(GRAFANA_VARIABLES.items(), key=lambda kv: -len(kv[0])):
+        expr = expr.replace(name, value)
+    assert "$" not in expr, expr
+    return expr
+
+
+def test_dashboard_loads_with_the_four_sections() -> None:
+    board = dashboard()
+    assert board["uid"] == "pg-failover-hook" and board["title"]
+    assert isinstance(board["schemaVersion"], int) and board["schemaVersion"] >= 36
+    rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
+    assert rows == ["Fleet overview", "Cluster $namespace/$cluster", "Hook", "Metacontroller"]
+    names = {v["name"] for v in board["templating"]["list"]}
+    assert names == {"datasource", "job", "namespace", "cluster"}
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids))
+    cells: set[tuple[int, int]] = set()
+    for panel in board["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, panel["title"]
+        mine = {
+            (x, y)
+            for x in range(grid["x"], grid["x"] + grid["w"])
+            for y in range(grid["y"], grid["y"] + grid["h"])
+        }
+        assert not mine & cells, f"{panel['title']} overlaps another panel"
+        cells |= mine
+        if panel["type"] != "row":
+            assert panel["targets"], panel["title"]
+            assert panel["description"], panel["title"]
+            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            for target in panel["targets"]:
+                assert target["datasource"] == panel["datasource"]
+
+
+def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
+    """promtool parses every query (as recording rules, after Grafana's substitution)."""
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [
+                    {"record": f"dashboard:query_{i}", "expr": substitute(expr)}
+                    for i, (_, expr) in enumerate(panel_queries())
+                ],
+            }
+        ]
+    }
+    path = tmp_path / "dashboard.rules.yaml"
+    path.write_text(yaml.safe_dump(rules))
+    result = subprocess.run(
+        [promtool(), "check", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_dashboard_query_names_an_exported_metric(hook_metrics: set[str]) -> None:
+    known = known_metrics(hook_metrics)
+    seen: set[str] = set()
+    for title, expr in panel_queries():
+        names = metric_names(substitute(expr))
+        assert names, f"{title}: {expr} names no metric"
+        assert not names - known, f"{title}: {names - known} is exported by nobody"
+        seen |= names
+    # The four sources each feed the dashboard.
+    assert seen & hook_metrics
+    assert seen & ksm_exported_names()
+    assert seen & METACONTROLLER_METRICS
+    assert "pgfh_sync_replies_total" in seen  # routing decisions
 
 
 if __name__ == "__main__":
