@@ -834,6 +834,12 @@ def test_every_dashboard_query_names_an_exported_metric(hook_metrics: set[str]) 
     assert "pgfh_sync_replies_total" in seen  # routing decisions
 
 
+def test_readme_lists_every_alert() -> None:
+    observe = README.read_text().split("## Observe", 1)[1]
+    for alert in alerts():
+        assert f"| `{alert['alert']}` |" in observe, f"README's Observe section: {alert['alert']}"
+
+
 if __name__ == "__main__":
     PROMETHEUS_RULE.write_text(render_prometheus_rule())
     print(f"wrote {PROMETHEUS_RULE.relative_to(REPO)}", file=sys.stderr)
