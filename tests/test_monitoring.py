@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,8 @@ import yaml
 from hooks import metrics
 from hooks.app import create_app
 from hooks.config import HookSettings
-from tests.helpers import NO_AUTH
+from hooks.members import MemberStatus
+from tests.helpers import NO_AUTH, leader, make_service, patroni_body, replica, sync_body
 
 REPO = Path(__file__).resolve().parents[1]
 MONITORING = REPO / "deploy" / "monitoring"
@@ -838,6 +840,196 @@ def test_readme_lists_every_alert() -> None:
     observe = README.read_text().split("## Observe", 1)[1]
     for alert in alerts():
         assert f"| `{alert['alert']}` |" in observe, f"README's Observe section: {alert['alert']}"
+
+
+# ---------------------------------------------------------------- hook status → series → alerts
+# The hook's real replies (through the app, probes from a table) are turned into series the way
+# kube-state-metrics' custom-resource-state code turns objects into series (the subset of
+# registry_factory.go this config uses, modelled here: KSM is a Go binary, not installable in
+# the test environment), then promtool evaluates the alerts' expressions on them. This ties
+# the status values the hook writes (condition types, reasons, "True"/"False", member roles) to
+# the label matchers of the alerts.
+
+
+def _ksm_get(obj: Any, path: list[str]) -> Any:
+    for segment in path:
+        if obj is None:
+            return None
+        if segment.startswith("[") and segment.endswith("]"):
+            key, _, value = segment[1:-1].partition("=")
+            obj = (
+                next((e for e in obj if isinstance(e, dict) and str(e.get(key)) == value), None)
+                if isinstance(obj, list)
+                else None
+            )
+        elif isinstance(obj, dict):
+            obj = obj.get(segment)
+        elif isinstance(obj, list) and segment.isdigit():
+            obj = obj[int(segment)] if int(segment) < len(obj) else None
+        else:
+            return None
+    return obj
+
+
+def _ksm_float(value: Any) -> float:
+    """KSM's toFloat64 for the types this config reads."""
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, int | float):
+        return float(value)
+    lowered = str(value).lower()
+    if lowered in ("true", "yes"):
+        return 1.0
+    if lowered in ("false", "no", "unknown"):
+        return 0.0
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return float(value)
+
+
+def _ksm_labels(obj: Any, paths: Mapping[str, list[str]]) -> dict[str, str]:
+    labels = {}
+    for label, path in paths.items():
+        value = _ksm_get(obj, path)
+        if value is not None:
+            labels[label] = str(value).lower() if isinstance(value, bool) else str(value)
+    return labels
+
+
+def ksm_series(obj: Mapping[str, Any]) -> list[tuple[str, dict[str, str], float]]:
+    """The series kube-state-metrics would serve for ``obj`` with our config."""
+    (resource,) = load_yaml(KSM_CONFIG)["spec"]["resources"]
+    gvk = resource["groupVersionKind"]
+    base = {
+        "customresource_group": gvk["group"],
+        "customresource_version": gvk["version"],
+        "customresource_kind": gvk["kind"],
+        **_ksm_labels(obj, resource["labelsFromPath"]),
+    }
+    out: list[tuple[str, dict[str, str], float]] = []
+    for name, generator in ksm_metrics():
+        each = generator["each"]
+        spec = each[{"Gauge": "gauge", "Info": "info"}[each["type"]]]
+        value = _ksm_get(obj, spec.get("path", []))
+        paths = spec.get("labelsFromPath", {})
+        found: list[tuple[dict[str, str], float]] = []
+        if each["type"] == "Info":
+            elements = value if isinstance(value, list) else [value]
+            for element in elements:
+                labels = _ksm_labels(element, paths)
+                if labels:
+                    found.append((labels, 1.0))
+        elif isinstance(value, list):
+            for element in value:
+                got = _ksm_get(element, spec.get("valueFrom", []))
+                if got is None and not spec.get("nilIsZero"):
+                    continue
+                found.append((_ksm_labels(element, paths), _ksm_float(got or 0)))
+        elif isinstance(value, dict):
+            (key,) = spec["valueFrom"]
+            if key in value:
+                found.append((_ksm_labels(value, paths), _ksm_float(value[key])))
+        elif value is not None:
+            found.append(({}, _ksm_float(value)))
+        out.extend((name, {**base, **labels}, v) for labels, v in found)
+    return out
+
+
+def _selector(name: str, labels: Mapping[str, str]) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{inner}}}"
+
+
+@pytest.fixture
+def cluster_states(client: Any, prober: Any) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    """Series of three clusters whose status the hook wrote: healthy, no leader, and a
+    leader the hook cannot route to while the Service still selects pg-orders-0."""
+    p0, p1, p2 = (f"pg-orders-{i}" for i in range(3))
+    scenarios = {
+        "healthy": {p0: leader(p0), p1: replica(p1), p2: replica(p2)},
+        "noleader": {p0: replica(p0), p1: replica(p1), p2: replica(p2)},
+        "mismatch": {
+            p0: replica(p0),
+            p1: MemberStatus.from_api_response(p1, 200, patroni_body("primary", name="pg-x")),
+            p2: replica(p2),
+        },
+    }
+    states = {}
+    for name, answers in scenarios.items():
+        prober.answers = answers
+        reply = client.post("/sync", json=sync_body(services=[make_service(pod=p0)]))
+        assert reply.status_code == 200, reply.get_data(as_text=True)
+        status = reply.get_json()["status"]
+        obj = {"metadata": {"namespace": "databases", "name": name}, "status": status}
+        states[name] = ksm_series(obj)
+    return states
+
+
+def test_hook_statuses_become_the_series_the_alerts_select(
+    cluster_states: dict[str, list[tuple[str, dict[str, str], float]]], tmp_path: Path
+) -> None:
+    series = [s for states in cluster_states.values() for s in states]
+    names = {n for n, _, _ in series}
+    assert {"pgfh_cluster_info", "pgfh_cluster_condition", "pgfh_cluster_member_reachable"} <= names
+    by_alert = {a["alert"]: a["expr"] for a in alerts()}
+
+    def expected(cluster: str, alert: str) -> list[dict[str, Any]]:
+        """What the alert's expression must return for one cluster."""
+        states = cluster_states[cluster]
+        if alert == "PgfhClusterNoRoutedLeader":
+            return [
+                # A filtering comparison keeps the metric name.
+                {"labels": _selector("pgfh_cluster_condition", labels), "value": 0}
+                for n, labels, _ in states
+                if n == "pgfh_cluster_condition"
+                and labels["type"] == "PrimaryRouted"
+                and labels["status"] == "False"
+            ]
+        info = next(labels for n, labels, _ in states if n == "pgfh_cluster_info")
+        return [
+            {"labels": _selector("", {**labels, "primary": info["primary"]}), "value": v}
+            for n, labels, v in states
+            if n == "pgfh_cluster_member_reachable"
+            and labels.get("role") in ("primary", "standby_leader")
+            and labels["member"] != info.get("primary")
+            and any(
+                c["type"] == "PrimaryRouted" and c["status"] == "False"
+                for m, c, _ in states
+                if m == "pgfh_cluster_condition"
+            )
+        ]
+
+    tests = []
+    for alert in ("PgfhClusterNoRoutedLeader", "PgfhServiceOnNonLeader"):
+        samples = [s for cluster in cluster_states for s in expected(cluster, alert)]
+        tests.append({"expr": by_alert[alert], "eval_time": "2m", "exp_samples": samples})
+    suite = {
+        "rule_files": [],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": _selector(n, labels), "values": f"{v:g}x5"}
+                    for n, labels, v in series
+                ],
+                "promql_expr_test": tests,
+            }
+        ],
+    }
+    # The scenarios are what they claim: only "noleader" and "mismatch" are unrouted, only
+    # "mismatch" has a leader that is not the selected pod.
+    assert [c for c in cluster_states if expected(c, "PgfhClusterNoRoutedLeader")] == [
+        "noleader",
+        "mismatch",
+    ]
+    assert [c for c in cluster_states if expected(c, "PgfhServiceOnNonLeader")] == ["mismatch"]
+    path = tmp_path / "states.test.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    result = subprocess.run(
+        [promtool(), "test", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 if __name__ == "__main__":
