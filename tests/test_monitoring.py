@@ -619,6 +619,23 @@ def github_anchor(title: str) -> str:
     return slug.replace(" ", "-")
 
 
+def test_runbook_links_resolve() -> None:
+    """Every relative link of the runbook names an existing doc and, if any, heading."""
+    text = RUNBOOK.read_text()
+    links = re.findall(r"\]\(([^)#]*\.md|)(?:#([^)]+))?\)", text)
+    assert links
+    for target, anchor in links:
+        doc = RUNBOOK.parent / target if target else RUNBOOK
+        assert doc.is_file(), f"docs/runbook.md links to {target}, which does not exist"
+        if anchor:
+            headings = {
+                github_anchor(line.lstrip("#").strip())
+                for line in doc.read_text().splitlines()
+                if re.match(r"#{1,6} ", line)
+            }
+            assert anchor in headings, f"docs/runbook.md: no heading #{anchor} in {doc.name}"
+
+
 def test_the_issue_s_alerts_are_all_there() -> None:
     expected = {
         "PgfhClusterNoRoutedLeader",
