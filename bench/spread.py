@@ -49,7 +49,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,7 +86,7 @@ def _proxy(
             writer.close()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        port = random.choice(current)  # noqa: S311 - a balancer's choice, not a secret
+        port = random.choice(current)
         accepted[port] += 1
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
@@ -115,10 +115,8 @@ def _proxy(
                 stop.set_result(None)
 
         loop.add_reader(pipe.fileno(), command)
-        try:
+        with suppress(TimeoutError):
             await asyncio.wait_for(stop, lifetime)
-        except TimeoutError:
-            pass
         server.close()
 
     asyncio.run(main())
@@ -159,10 +157,8 @@ def balancer(backends: Sequence[int], lifetime: float = 900.0) -> Iterator[Balan
         yield Balancer(port, process, parent)
     finally:
         if process.is_alive():
-            try:
+            with suppress(OSError):
                 parent.send(("stop", None))
-            except OSError:
-                pass
             process.join(5)
         if process.is_alive():
             process.kill()
