@@ -543,6 +543,8 @@ def test_without_replica_service_and_objects_there_is_no_condition() -> None:
     assert [c["type"] for c in outcome.body["status"]["conditions"]] == [
         "Ready",
         "PrimaryRouted",
+        "MembersReachable",
+        "MemberNameGuard",
         "SpecValid",
     ]
     assert "replicaService" not in outcome.body["status"]
