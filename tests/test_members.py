@@ -388,3 +388,63 @@ def test_member_status_and_probe_target_are_immutable_values() -> None:
 
 def test_the_verdict_values_are_stable_metric_labels() -> None:
     assert [v.value for v in ProbeVerdict] == ["leader", "not_leader", "unreachable"]
+
+
+# ================================================== issue 10: what older releases lack
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("4.1.5", (4, 1, 5)),
+        ("3.0.3", (3, 0, 3)),
+        ("4.2.0.dev1", (4, 2, 0)),
+        ("4.2.0rc1", (4, 2, 0)),
+        ("4", (4,)),
+        ("", None),
+        ("x.y", None),
+        (None, None),
+        (4.1, None),
+    ],
+    ids=repr,
+)
+def test_the_patroni_version_is_read_as_numbers(
+    version: object, expected: tuple[int, ...] | None
+) -> None:
+    body = patroni_body("replica")
+    body["patroni"]["version"] = version
+    member = answer(503, body)
+    assert member.patroni_version == expected
+    assert member.older_than((3, 0, 4)) is (expected is not None and expected < (3, 0, 4))
+
+
+@pytest.mark.parametrize(
+    ("tags", "noloadbalance"),
+    [
+        (None, False),
+        ({}, False),
+        ({"noloadbalance": True}, True),
+        ({"noloadbalance": False}, False),
+        # Patroni reads the configured value with bool() (Tags.noloadbalance): so do we.
+        ({"noloadbalance": "true"}, True),
+        ({"noloadbalance": 1}, True),
+        ({"noloadbalance": ""}, False),
+        ({"nofailover": True, "clonefrom": True}, False),
+        (["noloadbalance"], False),
+    ],
+    ids=repr,
+)
+def test_noloadbalance_is_read_from_tags_as_patroni_reads_it(
+    tags: object, noloadbalance: bool
+) -> None:
+    body = patroni_body("replica")
+    if tags is not None:
+        body["tags"] = tags
+    assert answer(503, body).noloadbalance is noloadbalance
+
+
+@pytest.mark.parametrize(("paused", "expected"), [(True, True), (False, False), ("t", False)])
+def test_paused_replay_is_read_from_xlog(paused: object, expected: bool) -> None:
+    body = patroni_body("replica")
+    body["xlog"]["paused"] = paused
+    assert answer(503, body).replay_paused is expected

@@ -1577,6 +1577,84 @@ def test_a_member_answer_without_a_patroni_name_is_not_refused_by_the_name_check
     answers = {P0: replica(P0), P1: MemberStatus.from_api_response(P1, 200, body), P2: replica(P2)}
     _, outcome = run(sync_body(services=[make_service(pod=P0)]), answers)
     assert outcome.decision is Decision.ROUTED
+    # ... but the status says the guard could not check it (issue 10), not silently.
+    guard = condition(outcome.body, "MemberNameGuard")
+    assert (guard["status"], guard["reason"]) == ("False", "Unavailable")
+    assert "Patroni 4.1.5 on pg-orders-1;" in guard["message"]
+
+
+def _versioned(name: str, version: str, *, leads: bool = False) -> MemberStatus:
+    body = patroni_body("master" if leads else "replica", name=name)
+    body["patroni"] = {"version": version, "scope": "pg-orders"}  # before 3.2.0: no name
+    return MemberStatus.from_api_response(name, 200 if leads else 503, body)
+
+
+@pytest.mark.parametrize(
+    ("spec", "answers", "expected"),
+    [
+        pytest.param(
+            {},
+            {P0: replica(P0), P1: leader(P1), P2: down(P2)},
+            (
+                "True",
+                "Active",
+                "Every member that answered reports its Patroni name; a leader whose name is "
+                "not its Pod's is never routed to",
+            ),
+            id="every answer carries its name",
+        ),
+        pytest.param(
+            {},
+            {
+                P0: _versioned(P0, "3.1.2"),
+                P1: _versioned(P1, "3.0.3", leads=True),
+                P2: _versioned(P2, "3.1.2"),
+            },
+            (
+                "False",
+                "Unavailable",
+                "No patroni.name in the answer (Patroni 3.0.3 on pg-orders-1; Patroni 3.1.2 on "
+                "pg-orders-0, pg-orders-2; Patroni reports it since 3.2.0): "
+                "memberNameMustMatchPod cannot check these members",
+            ),
+            id="patroni before 3.2.0",
+        ),
+        pytest.param(
+            {"patroni": {"memberNameMustMatchPod": False}},
+            {P0: replica(P0), P1: leader(P1), P2: replica(P2)},
+            (
+                "False",
+                "Disabled",
+                "spec.patroni.memberNameMustMatchPod is false: Patroni member names are not "
+                "checked",
+            ),
+            id="disabled",
+        ),
+        pytest.param(
+            {},
+            {P0: down(P0), P1: down(P1), P2: MemberStatus.not_patroni(P2, "HTTP 302", 302)},
+            ("Unknown", "NoAnswers", "No member answered as Patroni"),
+            id="nobody answered as Patroni",
+        ),
+    ],
+)
+def test_the_member_name_guard_condition_says_whether_the_guard_can_work(
+    spec: dict[str, Any], answers: dict[str, MemberStatus], expected: tuple[str, str, str]
+) -> None:
+    body = sync_body(spec=seed_spec(**spec), services=[make_service(pod=P0)])
+    _, outcome = run(body, answers)
+    guard = condition(outcome.body, "MemberNameGuard")
+    assert (guard["status"], guard["reason"], guard["message"]) == expected
+
+
+def test_an_invalid_spec_reply_carries_no_member_conditions() -> None:
+    previous = sync_body(services=[make_service(pod=P1)])
+    _, first = run(previous, healthy(P1))
+    body = fed_back(sync_body(spec=seed_spec(healthCheckPath="/replica")), first)
+    _, outcome = run(body, healthy(P1))
+    types = [c["type"] for c in outcome.body["status"]["conditions"]]
+    assert "MembersReachable" not in types and "MemberNameGuard" not in types
+    assert "membersAnswered" not in outcome.body["status"]
 
 
 # ============================================= found by tests/test_fuzz.py (kept here)
