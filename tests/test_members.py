@@ -12,8 +12,9 @@ Test design notes
   and refuses to route to a claimant that is not yet a leader, so both flags are
   asserted in every row.
 * Bodies come from ``tests.helpers.patroni_body`` (Patroni 4.1's shape) and are then
-  bent into the older or odder shapes: Patroni 3's ``master``/``xlog``, the ``wal``
-  spelling, missing keys, wrong types.
+  bent into the older or odder shapes: Patroni 3's ``master``, missing keys, wrong types,
+  a ``wal`` key (which no Patroni sends, so it is not read). Whole answers of Patroni
+  3.0.3, 3.2.2 and 4.1.4 go through the app in ``test_patroni_versions.py``.
 """
 
 from __future__ import annotations
