@@ -152,6 +152,8 @@ class ReplicaServiceSpec:
     name: str
     max_lag_bytes: int = DEFAULT_MAX_LAG_BYTES
     when_no_replica: str = "KeepEndpoints"
+    #: List replicas whose WAL replay is paused (``xlog.paused``); off: they serve old data.
+    include_paused_replicas: bool = False
     service_type: str = "ClusterIP"
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
@@ -420,6 +422,7 @@ class _ReplicaServiceSchema(Schema):
     whenNoReplica = fields.String(
         load_default="KeepEndpoints", validate=validate.OneOf(WHEN_NO_REPLICA)
     )
+    includePausedReplicas = _StrictBoolean(load_default=False)
     type = fields.String(
         load_default="ClusterIP", validate=validate.OneOf(["ClusterIP", "NodePort", "LoadBalancer"])
     )
@@ -437,6 +440,7 @@ class _ReplicaServiceSchema(Schema):
             name=data["name"],
             max_lag_bytes=data["maxLagBytes"],
             when_no_replica=data["whenNoReplica"],
+            include_paused_replicas=data["includePausedReplicas"],
             service_type=data["type"],
             labels=dict(data["labels"]),
             annotations=dict(data["annotations"]),

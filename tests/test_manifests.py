@@ -601,6 +601,7 @@ def test_crd_fields_are_the_contract() -> None:
         "name",
         "maxLagBytes",
         "whenNoReplica",
+        "includePausedReplicas",
         "type",
         "labels",
         "annotations",
@@ -624,6 +625,7 @@ def test_crd_fields_are_the_contract() -> None:
         "service",
         "timeline",
         "members",
+        "membersAnswered",
         "replicaService",
         "replicaEndpoints",
         "backup",
@@ -639,6 +641,7 @@ def test_crd_fields_are_the_contract() -> None:
         "state",
         "timeline",
         "reachable",
+        "reason",
     }
     condition = status["properties"]["conditions"]["items"]
     assert set(condition["properties"]) == {
@@ -674,6 +677,7 @@ def test_crd_printer_columns_point_at_schema_fields() -> None:
         "Primary",
         "Ready",
         "Reason",
+        "Members",
         "Replicas",
         "Service",
         "Last Backup",
@@ -683,6 +687,7 @@ def test_crd_printer_columns_point_at_schema_fields() -> None:
         "Primary": ".status.primary",
         "Ready": '.status.conditions[?(@.type=="Ready")].status',
         "Reason": '.status.conditions[?(@.type=="Ready")].reason',
+        "Members": ".status.membersAnswered",
         "Replicas": ".status.replicaEndpoints",
         "Service": ".spec.serviceRef.name",
         "Last Backup": ".status.backup.lastSuccessful.completionTime",
