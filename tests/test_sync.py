@@ -64,6 +64,7 @@ from tests.helpers import (
     make_service,
     member_ip,
     patroni_body,
+    polled,
     replica,
     seed_spec,
     service_selector,
@@ -253,7 +254,7 @@ ROUTED_STATUS = {
 
 
 def test_first_sync_creates_the_service_once_patroni_confirms_the_leader() -> None:
-    body = fixture("sync-first-no-service.json")
+    body = polled(fixture("sync-first-no-service.json"))
     _, outcome = run(body, healthy(P0))
 
     assert outcome.body["children"] == [expected_service(P0)]
@@ -983,8 +984,10 @@ def test_the_routed_status_has_exactly_the_documented_fields() -> None:
         "service",
         "timeline",
         "members",
+        "switchoverDetection",
         "conditions",
     }
+    assert status["switchoverDetection"] == "Polled"  # make_pod: a role label, no annotation
     assert (
         status["observedGeneration"],
         status["primary"],
@@ -996,7 +999,12 @@ def test_the_routed_status_has_exactly_the_documented_fields() -> None:
         SERVICE_NAME,
         4,
     )
-    assert [c["type"] for c in status["conditions"]] == ["Ready", "PrimaryRouted", "SpecValid"]
+    assert [c["type"] for c in status["conditions"]] == [
+        "Ready",
+        "PrimaryRouted",
+        "SpecValid",
+        "SwitchoverDetection",
+    ]
     for cond in status["conditions"]:
         assert set(cond) == {
             "type",
