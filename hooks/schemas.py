@@ -563,10 +563,12 @@ class _RoleLabelSchema(Schema):
 
     key = fields.String(required=True, validate=validate.Length(min=1, max=317))
     leaderValue = fields.String(
-        load_default="primary", validate=[validate.Length(min=1, max=63), validate.Regexp(_LABEL_VALUE)]
+        load_default="primary",
+        validate=[validate.Length(min=1, max=63), validate.Regexp(_LABEL_VALUE)],
     )
     replicaValue = fields.String(
-        load_default="replica", validate=[validate.Length(min=1, max=63), validate.Regexp(_LABEL_VALUE)]
+        load_default="replica",
+        validate=[validate.Length(min=1, max=63), validate.Regexp(_LABEL_VALUE)],
     )
 
     @validates_schema

@@ -140,7 +140,9 @@ def detect(
         if not isinstance(value, str):
             missing.append(name)
         elif value not in wanted:
-            disagreeing.append(f"{name} has {rule.key}={value}, Patroni implies {rule.describe(wanted)}")
+            disagreeing.append(
+                f"{name} has {rule.key}={value}, Patroni implies {rule.describe(wanted)}"
+            )
         if not rule.annotation:
             continue
         role = _annotation_role(_mapping(metadata.get("annotations")).get(STATUS_ANNOTATION))
