@@ -549,8 +549,19 @@ class _BackupSchema(Schema):
         )
 
 
+class _StrictNumber(fields.Float):
+    """Only a JSON number, as the CRD's ``type: number``: ``fields.Float`` also takes "1"."""
+
+    def _deserialize(
+        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
+    ) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.make_error("invalid", input=value)
+        return float(super()._deserialize(value, attr, data, **kwargs))
+
+
 def _resync_seconds(default: float | None) -> fields.Float:
-    return fields.Float(
+    return _StrictNumber(
         load_default=default,
         allow_nan=False,
         validate=validate.Range(min=MIN_POLL_SECONDS, max=MAX_POLL_SECONDS),
