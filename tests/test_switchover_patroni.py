@@ -143,3 +143,42 @@ def test_a_polled_cluster_follows_a_switchover_within_its_poll_setting(polled_ri
     (cond,) = [c for c in status["conditions"] if c["type"] == "SwitchoverDetection"]
     assert cond["reason"] == "RoleLabelMissing", cond
     assert CLUSTER in cond["message"]
+
+
+def test_a_kill_on_the_kubernetes_dcs_still_syncs_at_once_and_polls_fast(
+    k8s_dcs_rig: Rig,
+) -> None:
+    """The 30 s resync changes nothing for a kill: NotReady syncs, no-leader polls at 0.3 s.
+
+    A SIGKILLed Patroni patches nothing: its Pod keeps ``role=primary`` (the keeper
+    leaves an unanswering member's Pod alone), so the labels disagree with Patroni until
+    the new leader's Patroni patches its own Pod; routing never follows the stale label.
+    """
+    rig = k8s_dcs_rig
+    settle(rig, EVENT_DRIVEN_RESYNC, "RoleLabel")
+    cluster = rig.cluster
+    old = cluster.leader()
+    assert old is not None
+    before = len(rig.records)
+    with cluster.watch_leader(exclude={old}) as watch:
+        killed_at = cluster.kill_member(old)
+        rig.pod_changed(old, ready=False)
+        first = rig.wait_record(lambda r: True, timeout=5, what="a sync", after=before)
+        election = watch.result(timeout=60)
+    assert first.started - killed_at < 1.0, "the NotReady Pod did not trigger a sync at once"
+    moved = rig.wait_selected(election.name, timeout=10, after=before)
+    waiting = [r for r in rig.records[before:] if r.finished < election.first_200]
+    assert waiting, "no sync ran while there was no leader"
+    for record in waiting:
+        assert record.selected == (old,), record
+        assert record.resync_after is not None and record.resync_after <= 0.5, record
+    lag = moved.finished - election.first_primary
+    print(f"kill on the Kubernetes DCS: Service followed {lag:.3f} s after the promotion")
+    assert lag < 1.0
+    assert rig.model.pods()[old]["metadata"]["labels"]["role"] == "primary"  # stale
+    status = rig.status()
+    assert status["primary"] == election.name
+    assert status["switchoverDetection"] == "Polled"
+    (cond,) = [c for c in status["conditions"] if c["type"] == "SwitchoverDetection"]
+    assert cond["reason"] == "RoleLabelDisagrees", cond
+    assert f"{old} has role=primary" in cond["message"]
