@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hooks import backup as backups
-from hooks import manifests, replicas
+from hooks import manifests, replicas, switchover
 from hooks.config import ResyncTiming
 from hooks.members import MEMBER_NAME_SINCE, MemberStatus, ProbeTarget
 from hooks.policy import ProbePolicy, effective_address
@@ -58,7 +58,7 @@ CONDITION_MEMBERS = "MembersReachable"
 CONDITION_NAME_GUARD = "MemberNameGuard"
 #: Conditions of the optional parts, present only while the part is configured or has
 #: objects; kept as they are by a finalize or an invalid-spec reply.
-OPTIONAL_CONDITIONS = (replicas.CONDITION, backups.CONDITION)
+OPTIONAL_CONDITIONS = (replicas.CONDITION, backups.CONDITION, switchover.CONDITION)
 #: Child groups that hooks.replicas and hooks.backup reply for (every other group is
 #: passed through unchanged).
 _PLANNED_GROUPS = frozenset({ENDPOINTSLICE_KEY, CRONJOB_KEY})
@@ -382,6 +382,10 @@ def _route(
         status["replicaEndpoints"] = list(read_only.endpoints)
     if backup.status is not None:
         status["backup"] = backup.status
+    # How the next event-less switchover will be seen: decided afresh from this sync's
+    # Pods and probes; the labels never route (hooks.switchover).
+    detection = switchover.detect(request.pods, members, leader if routed else None, spec)
+    status["switchoverDetection"] = detection.detection.value
     status["conditions"] = _conditions(
         request,
         now,
@@ -392,12 +396,17 @@ def _route(
             name_guard_condition(members, spec),
             (CONDITION_SPEC, "True", "SpecAccepted", "The spec is valid"),
             *(c for c in (read_only.condition, backup.condition) if c is not None),
+            detection.condition(),
         ],
     )
     body = {
         "status": status,
         "children": children,
-        "resyncAfterSeconds": timing.degraded if decision.degraded else timing.healthy,
+        "resyncAfterSeconds": (
+            timing.degraded
+            if decision.degraded
+            else switchover.healthy_resync(spec, timing, detection)
+        ),
     }
     return SyncOutcome(body, decision, message, previous, primary)
 

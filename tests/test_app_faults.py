@@ -29,7 +29,7 @@ from hooks.policy import ProbePolicy, parse_networks, parse_ports
 from tests import fakes
 from tests.conftest import NOW
 from tests.fakes import Behaviour, FakeCluster, FakeMember
-from tests.helpers import NO_AUTH, fixture
+from tests.helpers import NO_AUTH, fixture, polled
 
 DEADLINE = 1.0
 #: A sync may take the probe deadline plus this much; Metacontroller's timeout is 5 s.
@@ -92,8 +92,12 @@ def members() -> Iterator[Callable[[Sequence[Behaviour]], FakeCluster]]:
 
 
 def sync_body(cluster: FakeCluster) -> dict[str, Any]:
-    """The recorded request, with the Pods' IPs and the Patroni port pointed at the fakes."""
-    body = fixture(BASE)
+    """The recorded request, with the Pods' IPs and the Patroni port pointed at the fakes.
+
+    Polled (no role label, no status annotation): the fakes play an etcd-DCS cluster, so a
+    confirmed leader gets the operator's healthy resync.
+    """
+    body = polled(fixture(BASE))
     pods = body["related"]["Pod.v1"]
     assert sorted(pods) == list(PODS)
     for name, host in zip(PODS, cluster.hosts, strict=True):

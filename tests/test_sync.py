@@ -64,6 +64,7 @@ from tests.helpers import (
     make_service,
     member_ip,
     patroni_body,
+    polled,
     replica,
     seed_spec,
     service_selector,
@@ -253,7 +254,7 @@ ROUTED_STATUS = {
 
 
 def test_first_sync_creates_the_service_once_patroni_confirms_the_leader() -> None:
-    body = fixture("sync-first-no-service.json")
+    body = polled(fixture("sync-first-no-service.json"))
     _, outcome = run(body, healthy(P0))
 
     assert outcome.body["children"] == [expected_service(P0)]
@@ -1033,8 +1034,10 @@ def test_the_routed_status_has_exactly_the_documented_fields() -> None:
         "timeline",
         "members",
         "membersAnswered",
+        "switchoverDetection",
         "conditions",
     }
+    assert status["switchoverDetection"] == "Polled"  # make_pod: a role label, no annotation
     assert (
         status["observedGeneration"],
         status["primary"],
@@ -1052,6 +1055,7 @@ def test_the_routed_status_has_exactly_the_documented_fields() -> None:
         "MembersReachable",
         "MemberNameGuard",
         "SpecValid",
+        "SwitchoverDetection",
     ]
     for cond in status["conditions"]:
         assert set(cond) == {
