@@ -285,6 +285,9 @@ def test_status_of_a_cluster_without_a_leader_shows_the_unreachable_member(
         "(see Ready)" in out
     )
     assert member_rows(out)[P1][4] == "?"  # no leader, no lag proof
+    # The hook's members[].reason and membersAnswered, as it wrote them.
+    assert "Members (2/3 answered as Patroni)" in out
+    assert "Not answering as Patroni: pg-orders-0: connection refused" in out
 
 
 def test_status_says_when_the_status_has_no_member_data(kubeconfig: Path, api: FakeKubeAPI) -> None:
