@@ -131,7 +131,8 @@ def admission(shards: int) -> str:
         "  validations:\n"
         "    - expression: >-\n"
         f"        variables.shard in {allowed}\n"
-        "        || (request.operation == 'UPDATE' && variables.oldShard == '' && variables.shard == '')\n"
+        "        || (request.operation == 'UPDATE' && variables.oldShard == ''\n"
+        "            && variables.shard == '')\n"
         "      messageExpression: >-\n"
         f"        'label {LABEL} must be one of {', '.join(str(k) for k in range(shards))}"
         " (python3 deploy/sharding/shards.py assign "
@@ -200,7 +201,10 @@ SHARDS, QPS, BURST = 5, 190, 10
 
 
 def main(argv: list[str]) -> int:
-    usage = "usage: shards.py assign K NAMESPACE/NAME | label K < pgc-list.json | generate K [QPS BURST]"
+    usage = (
+        "usage: shards.py assign K NAMESPACE/NAME | label K < pgc-list.json"
+        " | generate K [QPS BURST]"
+    )
     if len(argv) < 2 or not argv[1].isdigit() or int(argv[1]) < 1:
         print(usage, file=sys.stderr)
         return 2
