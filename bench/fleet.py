@@ -592,6 +592,23 @@ class RealHook:
         )
         return response.status_code, response.content, time.monotonic() - started
 
+    async def settle(self, cluster: Cluster) -> None:
+        """Sync ``cluster`` until a reply changes nothing (before the clock starts)."""
+        from bench.common import encode
+        from standin.apply import apply_reply, check_reply
+
+        for _ in range(4):
+            status, data, _ = await self.fleet.loop.run_in_executor(
+                self.pool,
+                self._post,
+                cluster.index % len(self.urls),
+                encode(cluster.world.sync_request()),
+            )
+            applied = apply_reply(cluster.world, check_reply(status, data))
+            if not (applied.status_changed or applied.changed_children):
+                return
+        raise RuntimeError(f"cluster {cluster.index}: the hook's replies did not converge")
+
     async def call(self, cluster: Cluster) -> Reply | None:
         from bench.common import POD_NAME_LABEL, SERVICE, encode
         from standin.apply import HookError, apply_reply, check_reply
@@ -764,6 +781,9 @@ def run_real(row: Row) -> tuple[Result, list[float]]:
                 )
             hook = RealHook(fleet, urls, headers)
             fleet.hook = hook
+            # Start steady, as the model does: the Service on member 0 and the hook's own
+            # status written (each cluster synced until its reply changes nothing).
+            await asyncio.gather(*(hook.settle(c) for c in fleet.clusters))
             cpu_start = 0.0
 
             def start_cpu() -> None:
