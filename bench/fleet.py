@@ -784,11 +784,12 @@ def run_real(row: Row) -> tuple[Result, list[float]]:
             # Start steady, as the model does: the Service on member 0 and the hook's own
             # status written (each cluster synced until its reply changes nothing).
             await asyncio.gather(*(hook.settle(c) for c in fleet.clusters))
-            cpu_start = 0.0
+            cpu_start = driver_start = 0.0
 
             def start_cpu() -> None:
-                nonlocal cpu_start
+                nonlocal cpu_start, driver_start
                 cpu_start = _pods_cpu(masters)
+                driver_start = time.process_time()
 
             fleet.loop.call_later(row.warmup, start_cpu)
             try:
@@ -796,6 +797,12 @@ def run_real(row: Row) -> tuple[Result, list[float]]:
             finally:
                 hook.pool.shutdown(wait=True)
             cpu = (_pods_cpu(masters) - cpu_start) / max(1, fleet.counters.syncs)
+            driver = (time.process_time() - driver_start) / max(1, fleet.counters.syncs)
+            print(
+                f"  CPU per sync: hook pods {cpu * 1000:.1f} ms, this driver (queue model, "
+                f"requests, stand-in) {driver * 1000:.1f} ms",
+                flush=True,
+            )
             if hook.errors:
                 print(f"  hook errors: {hook.errors}", file=sys.stderr)
             return _result(fleet, "real", cpu), hook.latencies
@@ -930,6 +937,19 @@ def full_rows(duration: float, switchovers: int) -> list[Row]:
         rows.append(
             Row("today", n, TODAY, TODAY_MODEL_POLICY, duration=duration, switchovers=switchovers)
         )
+        mc, policy, pods = recommended(n)
+        rows.append(
+            Row(
+                "recommended",
+                n,
+                mc,
+                policy,
+                hook_pods=pods,
+                duration=duration,
+                switchovers=switchovers,
+            )
+        )
+    for n in (100, 1000):  # the sizes docs/scale.md gives settings for
         mc, policy, pods = recommended(n)
         rows.append(
             Row(
