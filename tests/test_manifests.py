@@ -99,6 +99,8 @@ CLUSTER_SCOPED_KINDS = {
     "CompositeController",
     "ClusterRole",
     "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 }
 
 
@@ -466,6 +468,10 @@ def test_base_contains_the_expected_objects() -> None:
             ("Secret", AUTH_SECRET),
             ("Service", HOOK_NAME),
             ("ServiceAccount", HOOK_NAME),
+            ("ValidatingAdmissionPolicy", "pg-failover-hook-backup-authority"),
+            ("ValidatingAdmissionPolicy", "pg-failover-hook-backup-images"),
+            ("ValidatingAdmissionPolicyBinding", "pg-failover-hook-backup-authority"),
+            ("ValidatingAdmissionPolicyBinding", "pg-failover-hook-backup-images"),
         ]
     )
 
