@@ -52,6 +52,7 @@ def _shards() -> ModuleType:
 shards = _shards()
 K = shards.SHARDS
 LABEL = shards.LABEL
+POLICY = "pg-failover-hook-shard-label"
 
 
 def test_overlay_is_what_the_generator_writes() -> None:
@@ -142,6 +143,12 @@ def test_each_install_runs_exactly_its_own_controller() -> None:
         ]
         assert selected == [f"pg-failover-hook-{k}"]
         lease_ids.add(flags["--leader-election-id"])
+        # The RBAC rules are the common ones, the lease rule naming this install's lease.
+        rules = copy.deepcopy(merged["clusterRole"]["rules"])
+        (lease,) = [r for r in rules if r.get("resourceNames") and "leases" in r["resources"]]
+        assert lease["resourceNames"] == [flags["--leader-election-id"]]
+        lease["resourceNames"] = ["metacontroller"]
+        assert rules == common["clusterRole"]["rules"]
         total_qps += float(flags["--client-go-qps"]) + float(flags["--client-go-burst"])
     assert len(lease_ids) == K
     # 0.2 requests/s per cluster for 5,000 clusters (docs/scale.md), burst included.
@@ -193,7 +200,7 @@ def test_shard_script_commands() -> None:
 
 
 def _policy() -> dict[str, Any]:
-    return find(rendered("deploy/sharding"), "ValidatingAdmissionPolicy")
+    return find(rendered("deploy/sharding"), "ValidatingAdmissionPolicy", POLICY)
 
 
 def _admit(
@@ -239,7 +246,7 @@ def test_policy_matches_postgresqlclusters_and_is_bound() -> None:
     assert rule["resources"] == ["postgresqlclusters"]  # not /status: labels live in metadata
     assert set(rule["operations"]) == {"CREATE", "UPDATE"}
     assert policy["spec"]["failurePolicy"] == "Fail"
-    binding = find(rendered("deploy/sharding"), "ValidatingAdmissionPolicyBinding")
+    binding = find(rendered("deploy/sharding"), "ValidatingAdmissionPolicyBinding", POLICY)
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
 

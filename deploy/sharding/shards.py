@@ -70,6 +70,29 @@ def shard_kustomization(k: int, shards: int) -> str:
     )
 
 
+COMMON_VALUES = HERE.parent / "metacontroller-values.yaml"
+LEASE_RULE = 'resourceNames: ["metacontroller"]'
+
+
+def cluster_role(k: int) -> str:
+    """The common values' ``clusterRole:`` block with shard ``k``'s lease name in the
+    leader-election rule (the rules are a list: Helm replaces it whole, so it is repeated)."""
+    lines = COMMON_VALUES.read_text(encoding="utf-8").splitlines(keepends=True)
+    start = lines.index("clusterRole:\n")
+    end = next(
+        (i for i in range(start + 1, len(lines)) if lines[i][:1].isalpha()),
+        len(lines),
+    )
+    block = "".join(lines[start:end]).rstrip("\n") + "\n"
+    if block.count(LEASE_RULE) != 1:
+        raise SystemExit(f"{COMMON_VALUES}: expected one {LEASE_RULE!r} in clusterRole")
+    return (
+        "# deploy/metacontroller-values.yaml's clusterRole, copied by shards.py generate, with\n"
+        "# this install's own lease (--leader-election-id) in the leader-election rule.\n"
+        + block.replace(LEASE_RULE, f'resourceNames: ["metacontroller-shard-{k}"]')
+    )
+
+
 def values(k: int, shards: int, qps: int, burst: int) -> str:
     """Helm values of shard ``k``'s Metacontroller install, applied after
     deploy/metacontroller-values.yaml (commandArgs is a list: Helm replaces it whole)."""
@@ -91,7 +114,7 @@ def values(k: int, shards: int, qps: int, burst: int) -> str:
         f"  - --target-label-selector={LABEL}={k}   # runs CompositeController {NAME}-{k} only\n"
         "  - --workers=32\n"
         f"  - --client-go-qps={qps}\n"
-        f"  - --client-go-burst={burst}\n"
+        f"  - --client-go-burst={burst}\n" + cluster_role(k)
     )
 
 
