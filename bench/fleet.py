@@ -73,6 +73,8 @@ BUSY_PERIOD = 10.0
 #: A graceful stop of the leader: its Pod changes at once, a new leader answers 200 after.
 STOP_GAP = 3.0
 CACHE_FLUSH = 1800.0
+#: The hook's overall probe deadline (PGFH_PROBE_DEADLINE_SECONDS).
+PROBE_DEADLINE = 2.0
 
 
 # ------------------------------------------------------------------------- settings
@@ -126,6 +128,9 @@ class Mix:
     #: on every cluster), the rest planned switchovers (a Pod event only on the
     #: Kubernetes DCS, where the role labels move).
     stops: float = 0.3
+    #: Share of clusters with one member that never answers (its node lost): every sync of
+    #: such a cluster lasts the hook's probe deadline (modelled rows only).
+    hung: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,8 @@ class Row:
     policy: Policy
     mix: Mix = Mix()
     hook_pods: int = 3
+    #: GUNICORN_THREADS of each of a pod's 2 workers (modelled rows).
+    hook_threads: int = 16
     #: Modelled hook CPU per sync (s); None: as measured.
     hook_cpu: float | None = None
     duration: float = 120.0
@@ -306,6 +313,7 @@ class Cluster:
     shard: int
     polled: bool
     busy: bool
+    hung: bool = False
     leader: int | None = 0
     #: What Kubernetes holds: the Service's selected member, the status we wrote.
     selected: int = 0
@@ -398,23 +406,30 @@ class Install:
 
 
 class ModelHook:
-    """The hook as a service: a sync holds a hook core for ``cpu`` s and lasts a sample of
-    the measured sync latencies; it decides what the real hook decides on these members."""
+    """The hook as a service: a sync holds a request thread of a hook pod for its whole
+    length (a sample of the measured sync latencies, plus the probe deadline for a cluster
+    with a member that never answers) and one of the pods' cores for ``cpu`` s of it; it
+    decides what the real hook decides on these members."""
 
     def __init__(self, fleet: Fleet, latencies: Sequence[float], cpu: float) -> None:
         self.fleet = fleet
         self.latencies = list(latencies)
         self.cpu = cpu
         self.cores = asyncio.Semaphore(2 * fleet.row.hook_pods)
+        #: gunicorn's request threads: 2 workers x GUNICORN_THREADS per pod.
+        self.threads = asyncio.Semaphore(2 * fleet.row.hook_threads * fleet.row.hook_pods)
         self.rng = random.Random(fleet.row.seed + 1)
 
     async def call(self, cluster: Cluster) -> Reply | None:
         wall = self.rng.choice(self.latencies)
-        async with self.cores:
-            await asyncio.sleep(min(self.cpu, wall) / 2)
-            leader = cluster.leader  # the probe round, half-way through the hook's work
-            await asyncio.sleep(min(self.cpu, wall) / 2)
-        await asyncio.sleep(max(0.0, wall - self.cpu))
+        if cluster.hung:  # the round waits for the member that never answers
+            wall = PROBE_DEADLINE + wall
+        async with self.threads:
+            async with self.cores:
+                await asyncio.sleep(min(self.cpu, wall) / 2)
+                leader = cluster.leader  # the probe round, half-way through the hook's work
+                await asyncio.sleep(min(self.cpu, wall) / 2)
+            await asyncio.sleep(max(0.0, wall - self.cpu))
         policy = self.fleet.row.policy
         if leader is None:
             status = (cluster.selected, "NoLeader")
@@ -453,6 +468,8 @@ class Fleet:
             )
             for i in range(row.n)
         ]
+        for cluster in self.rng.sample(self.clusters, round(row.n * row.mix.hung)):
+            cluster.hung = True
         self.installs = [Install(self, k) for k in range(row.mc.shards)]
         self.hook: Any = None
         self.members: Any = None  # real mode: FleetMembers
@@ -842,6 +859,7 @@ def settings_text(row: Row) -> str:
     return (
         f"{shards}W{mc.workers} Q{mc.qps:g}/B{mc.burst} period {period}; "
         f"poll {pol.poll:g} s, event-driven {event}; {row.hook_pods} hook pods"
+        + (f" × {row.hook_threads} threads" if row.hook_threads != 16 else "")
     )
 
 
@@ -853,7 +871,8 @@ def table(results: Sequence[Result]) -> str:
     head = (
         "| row | N | settings | mode | Pod-changing lag p50 / p99 / max (s) [n] "
         "| event-less lag p50 / p90 / p99 / max (s) [n] | API req/s (peak 1 s) "
-        "| hook syncs/s | hook CPU (cores) |\n|---|---|---|---|---|---|---|---|---|"
+        "| hook syncs/s | hook CPU (cores) | queue wait p99 (s) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in results:
@@ -873,7 +892,8 @@ def table(results: Sequence[Result]) -> str:
         lines.append(
             f"| {r.row.label} | {r.row.n:,} | {settings_text(r.row)} | {r.mode} | {pod} | {less} "
             f"| {r.api_per_second:.0f} ({r.api_peak}) | {r.syncs_per_second:.0f} "
-            f"| {r.hook_cores:.2f} ({r.hook_cpu_per_sync * 1000:.1f} ms/sync) |"
+            f"| {r.hook_cores:.2f} ({r.hook_cpu_per_sync * 1000:.1f} ms/sync) "
+            f"| {r.queue_wait_p99:.2f} |"
         )
     return "\n".join(lines)
 
@@ -883,7 +903,7 @@ def table(results: Sequence[Result]) -> str:
 #: The shipped settings after this issue (deploy/metacontroller-values.yaml,
 #: metacontroller/compositecontroller.yaml) and the hook's defaults (issue 11c: polled
 #: clusters 1 s, event-driven ones 30 s).
-SHIPPED = Metacontroller(workers=32, qps=300, burst=100, resync_period=None)
+SHIPPED = Metacontroller(workers=64, qps=300, burst=100, resync_period=None)
 SHIPPED_POLICY = Policy(poll=1.0, event_resync=30.0, from_reply=False)
 TODAY_POLICY = Policy(poll=1.0, event_resync=None)
 TODAY_MODEL_POLICY = Policy(poll=1.0, event_resync=None, from_reply=False)
@@ -901,32 +921,37 @@ def steady_rate(n: int, mix: Mix, poll: float, event_resync: float = 30.0) -> fl
     return polled / poll + quiet / event_resync + busy * mix.members / BUSY_PERIOD
 
 
-def recommended(n: int, mix: Mix = Mix()) -> tuple[Metacontroller, Policy, int]:
-    """What docs/scale.md recommends for ``n`` clusters of ``mix``.
+def recommended(n: int, mix: Mix = Mix()) -> tuple[Metacontroller, Policy, int, int]:
+    """What docs/scale.md recommends for ``n`` clusters of ``mix``: the install flags, the
+    poll policy, hook pods and GUNICORN_THREADS.
 
-    Up to 1,000 clusters: one install with the shipped flags (rate limit 300/s, burst
-    100). Above: ceil(n / 1000) shards whose limits add up to 0.2 requests/s per cluster
-    (95 % as rate, 5 % as burst, so no second exceeds it). The poll of
-    the polled clusters: the shortest of ``POLLS`` that keeps the steady rate at or below
-    60 % of the rate limit, the rest being headroom for events, failovers and the
-    cache-flush burst. Hook pods: 3 (the HPA's minimum), 4 above 1,000 clusters.
+    Up to 1,000 clusters: one install with the shipped flags (64 workers, rate limit
+    300/s, burst 100) and the shipped 3 hook pods. Above: ceil(n / 1000) shards whose
+    limits add up to 0.2 requests/s per cluster (95 % as rate, 5 % as burst, so no second
+    exceeds it), each with 64 workers. The poll of the polled clusters: the shortest of
+    ``POLLS`` that keeps the steady rate at or below 60 % of the rate limit, the rest being
+    headroom for events, failovers and bursts. The hook pods' request threads
+    (pods x 2 x GUNICORN_THREADS) at least the workers of all installs: a sync of a cluster
+    with a member that never answers holds a thread for the 2 s probe deadline without
+    using CPU, so the HPA (on CPU) would not add pods for it.
     """
     if n <= 1000:
-        mc, pods = SHIPPED, 3
+        mc, pods, threads = SHIPPED, 3, 16
     else:
         shards = math.ceil(n / 1000)
         budget = 0.2 * n
         mc = Metacontroller(
-            workers=32,
+            workers=64,
             qps=round(0.95 * budget / shards),
             burst=round(0.05 * budget / shards),
             resync_period=None,
             shards=shards,
         )
-        pods = 4
+        threads = 32
+        pods = math.ceil(shards * mc.workers / (2 * threads)) + 1
     limit = 0.6 * mc.qps * mc.shards
     poll = next((p for p in POLLS if steady_rate(n, mix, p) <= limit), POLLS[-1])
-    return mc, Policy(poll=poll, event_resync=30.0, from_reply=False), pods
+    return mc, Policy(poll=poll, event_resync=30.0, from_reply=False), pods, threads
 
 
 def full_rows(duration: float, switchovers: int) -> list[Row]:
@@ -937,7 +962,7 @@ def full_rows(duration: float, switchovers: int) -> list[Row]:
         rows.append(
             Row("today", n, TODAY, TODAY_MODEL_POLICY, duration=duration, switchovers=switchovers)
         )
-        mc, policy, pods = recommended(n)
+        mc, policy, pods, threads = recommended(n)
         rows.append(
             Row(
                 "recommended",
@@ -945,12 +970,13 @@ def full_rows(duration: float, switchovers: int) -> list[Row]:
                 mc,
                 policy,
                 hook_pods=pods,
+                hook_threads=threads,
                 duration=duration,
                 switchovers=switchovers,
             )
         )
     for n in (100, 1000):  # the sizes docs/scale.md gives settings for
-        mc, policy, pods = recommended(n)
+        mc, policy, pods, threads = recommended(n)
         rows.append(
             Row(
                 "recommended",
@@ -958,11 +984,12 @@ def full_rows(duration: float, switchovers: int) -> list[Row]:
                 mc,
                 policy,
                 hook_pods=pods,
+                hook_threads=threads,
                 duration=duration,
                 switchovers=switchovers,
             )
         )
-    mc, policy, pods = recommended(5000)
+    mc, policy, pods, threads = recommended(5000)
     rows.append(
         Row(
             "recommended + phase-spread resyncs (proposed hook change)",
@@ -970,6 +997,7 @@ def full_rows(duration: float, switchovers: int) -> list[Row]:
             mc,
             replace(policy, spread=True),
             hook_pods=pods,
+            hook_threads=threads,
             duration=duration,
             switchovers=switchovers,
         )
@@ -981,6 +1009,7 @@ def full_rows(duration: float, switchovers: int) -> list[Row]:
             mc,
             policy,
             hook_pods=pods,
+            hook_threads=threads,
             duration=75.0,
             flush_at=30.0,
             burst_window=10.0,
@@ -995,6 +1024,20 @@ def full_rows(duration: float, switchovers: int) -> list[Row]:
             policy,
             mix=Mix(polled=1.0),
             hook_pods=pods,
+            hook_threads=threads,
+            duration=duration,
+            switchovers=switchovers,
+        )
+    )
+    rows.append(
+        Row(
+            "worst: a node lost, 10 % of clusters with a member that never answers",
+            5000,
+            mc,
+            policy,
+            mix=Mix(hung=0.1),
+            hook_pods=pods,
+            hook_threads=threads,
             duration=duration,
             switchovers=switchovers,
         )

@@ -163,8 +163,10 @@ def test_shipped_settings_serve_200_polled_clusters_within_2_s_at_p90() -> None:
 
 
 def test_a_resync_period_is_a_burst_that_delays_pod_events() -> None:
-    mc, policy, pods = fleet.recommended(1000)
-    row = Row("r", 1000, mc, policy, hook_pods=pods, duration=200, switchovers=150)
+    mc, policy, pods, threads = fleet.recommended(1000)
+    row = Row(
+        "r", 1000, mc, policy, hook_pods=pods, hook_threads=threads, duration=200, switchovers=150
+    )
     without = _run(row)
     every_minute = _run(replace(row, mc=replace(mc, resync_period=60.0)))
     assert without.lag(fleet.POD_CHANGING, 0.99) < every_minute.lag(fleet.POD_CHANGING, 0.99)
@@ -181,21 +183,33 @@ def test_resync_period_zero_means_every_second() -> None:
     assert absent.syncs_per_second == 0
 
 
-def test_recommended_5000_meets_the_issues_targets_in_the_model() -> None:
-    mc, policy, pods = fleet.recommended(5000)
-    row = Row("rec", 5000, mc, policy, hook_pods=pods, duration=90, switchovers=200)
-    result = _run(row)
-    assert result.lag(fleet.POD_CHANGING, 0.99) <= 1.0
-    assert result.lag(fleet.EVENTLESS, 0.99) <= policy.poll + 1.0
-    assert result.api_per_second <= 1000 and result.api_peak <= mc.shards * (mc.qps + mc.burst)
+def test_recommended_5000_meets_the_api_targets_and_the_lag_targets_with_phase_spread() -> None:
+    """At 5,000 clusters the API budget and the event-less lag hold with the recommended
+    settings; the Pod-changing p99 <= 1 s holds only with phase-spread resyncs (a proposed
+    hook change): without it the fleet stays in one clump after a restart and p99 sits
+    around 1 s (0.85-1.17 s over three seeds; docs/scale.md)."""
+    mc, policy, pods, threads = fleet.recommended(5000)
+    row = Row(
+        "rec", 5000, mc, policy, hook_pods=pods, hook_threads=threads, duration=90, switchovers=200
+    )
+    plain = _run(row)
+    assert plain.lag(fleet.EVENTLESS, 0.99) <= policy.poll + 1.0
+    assert plain.api_per_second <= 1000 and plain.api_peak <= mc.shards * (mc.qps + mc.burst)
     assert mc.shards * (mc.qps + mc.burst) <= 1000
-    assert not any(result.unfinished.values())
+    assert not any(plain.unfinished.values())
+    spread = _run(replace(row, policy=replace(policy, spread=True)))
+    assert spread.lag(fleet.POD_CHANGING, 0.99) <= 1.0
+    assert spread.lag(fleet.EVENTLESS, 0.99) <= policy.poll + 1.0
+    assert spread.lag(fleet.POD_CHANGING, 0.99) < plain.lag(fleet.POD_CHANGING, 0.99)
+    assert spread.api_peak < plain.api_peak
 
 
 def test_recommended_poll_fits_the_budget() -> None:
     for n in (100, 1000, 5000):
-        mc, policy, _ = fleet.recommended(n)
+        mc, policy, pods, threads = fleet.recommended(n)
         assert fleet.steady_rate(n, Mix(), policy.poll) <= 0.6 * mc.qps * mc.shards
+        # Every worker of every install finds a hook thread, even when all wait 2 s.
+        assert pods * 2 * threads >= mc.shards * mc.workers
     assert fleet.recommended(100)[1].poll == 1.0
 
 

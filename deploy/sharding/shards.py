@@ -112,7 +112,7 @@ def values(k: int, shards: int, qps: int, burst: int) -> str:
         "  - --leader-election\n"
         f"  - --leader-election-id=metacontroller-shard-{k}   # one lease per install\n"
         f"  - --target-label-selector={LABEL}={k}   # runs CompositeController {NAME}-{k} only\n"
-        "  - --workers=32\n"
+        "  - --workers=64\n"
         f"  - --client-go-qps={qps}\n"
         f"  - --client-go-burst={burst}\n" + cluster_role(k)
     )
