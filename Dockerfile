@@ -1,13 +1,19 @@
 # pg-failover-hook image: gunicorn + the Flask hook, nothing else.
 #
-#   docker build -t ghcr.io/adg-io/pg-failover-hook:0.1.0 .
+#   make image                                  # docker build -t ghcr.io/adg-io/pg-failover-hook:<version> .
+#   make image IMAGE=registry.example.com/team/pg-failover-hook:0.1.0
 #
-# Both stages use the same base (same Python path), so the venv built in the first stage runs
-# unchanged in the second. python:3.11-slim-bookworm pins the Python minor version and the
-# Debian release; pin it by digest (python:3.11-slim-bookworm@sha256:...) for bit-for-bit
-# reproducible builds.
+# The base is pinned by digest (both stages use the same one, so the venv built in the first
+# stage runs unchanged in the second). The digest below is the one public references record for
+# python:3.11.10-slim-bookworm; it could not be pulled or checked from where this was written
+# (no access to Docker Hub). Check it, and move it forward for Debian and Python security fixes,
+# with:  docker buildx imagetools inspect python:3.11-slim-bookworm   (docs/deploy.md, "Build the
+# image"), then change both FROM lines.
+#
+# Dependencies come from the lock requirements/runtime.txt (exact versions, sha256 hashes:
+# `make lock` refreshes it), so the image holds the versions the tests passed with.
 
-FROM python:3.11-slim-bookworm AS builder
+FROM python:3.11.10-slim-bookworm@sha256:840e180ebcc6e5c8efab209c43f5e40fd2af98cb49db5c7103c90539c56bb30e AS builder
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -17,17 +23,22 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# The locked runtime dependencies first (their own layer: cached until the lock changes);
+# --require-hashes refuses any file whose hash is not in the lock.
+COPY requirements/runtime.txt ./requirements/
+RUN pip install --no-cache-dir --require-hashes --no-deps -r requirements/runtime.txt
+
+COPY pyproject.toml README.md LICENSE ./
 COPY hooks ./hooks
 
-# A regular (non-editable) install of the project and its runtime dependencies only, then
+# A regular (non-editable) install of the project alone (its dependencies are in already), then
 # byte-compile everything: the root filesystem is read-only at run time, so Python could not
 # write .pyc files there. unchecked-hash .pyc files stay valid whatever the files' mtimes.
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir --no-deps . \
     && python -m compileall -q -f -j 0 --invalidation-mode unchecked-hash /opt/venv
 
 
-FROM python:3.11-slim-bookworm
+FROM python:3.11.10-slim-bookworm@sha256:840e180ebcc6e5c8efab209c43f5e40fd2af98cb49db5c7103c90539c56bb30e
 
 # PROMETHEUS_MULTIPROC_DIR must be in the environment before Python starts (prometheus-client
 # picks its value class at import); the Deployment mounts an emptyDir there.

@@ -6,13 +6,28 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo serve test lint bench clean
+# The lock: every package at the exact version the tests passed with, with sha256 hashes
+# (CONTRIBUTING.md, "Dependencies and the lock"). test.txt for .venv (tests, demo, CI),
+# runtime.txt for the image. `make lock` re-resolves both from pyproject.toml's ranges.
+LOCK_TEST    := requirements/test.txt
+LOCK_RUNTIME := requirements/runtime.txt
+UV_COMPILE    = $(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 \
+                --generate-hashes --quiet --custom-compile-command "make lock"
 
-$(STAMP): pyproject.toml
+# The image (Dockerfile). Override IMAGE to build for your registry:
+#   make image IMAGE=registry.example.com/team/pg-failover-hook:0.1.0 && docker push ...
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE   ?= ghcr.io/adg-io/pg-failover-hook:$(VERSION)
+DOCKER  ?= docker
+
+.PHONY: venv demo serve test lint bench clean lock image
+
+$(STAMP): pyproject.toml $(LOCK_TEST)
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { echo "Python's venv module is missing: apt-get install -y python3-venv"; exit 1; }
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet --require-hashes --no-deps -r $(LOCK_TEST)
+	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -23,7 +38,7 @@ demo: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/gunicorn -c python:hooks.gunicorn_conf 'hooks.app:create_app()'
 
-CODE := $(wildcard hooks tests standin devcluster bench demo)
+CODE := $(wildcard hooks tests standin devcluster bench demo ops)
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(CODE)
@@ -33,6 +48,16 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest
+
+# Re-resolve the lock from pyproject.toml (newest versions within its ranges), then
+# reinstall .venv from it. Run the tests before committing the new lock.
+lock: $(STAMP)
+	$(UV_COMPILE) --extra test -o $(LOCK_TEST)
+	$(UV_COMPILE) -o $(LOCK_RUNTIME)
+	$(MAKE) venv
+
+image:
+	$(DOCKER) build -t $(IMAGE) .
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.failover

@@ -2,8 +2,10 @@
 
 A sync reply decides where a database Service points, so a caller that could make the
 hook answer (or merely make it probe) is a caller that matters. Metacontroller 4.16+
-authenticates itself to webhooks in two ways, both resolved from Secrets when the
-CompositeController is created or changed (``pkg/hooks/auth.go``):
+authenticates itself to webhooks in two ways, both resolved from Secrets only when it builds
+the controller for the CompositeController, i.e. when its spec changes or Metacontroller
+starts (``pkg/hooks/auth.go``; an annotation or a changed Secret is not noticed, so rotations
+change the spec: ``ops/rotate.py``):
 
 * ``authorization``: it sends ``Authorization: <type> <value>`` where ``type`` defaults
   to ``Bearer`` and ``value`` is the Secret key's content with surrounding whitespace

@@ -88,7 +88,7 @@ SCRAPER_NAMESPACE_SELECTORS = [
 ]
 
 #: Every kustomization a cluster admin may apply.
-TARGETS = ["deploy", "deploy/events", "deploy/mtls"]
+TARGETS = ["deploy", "deploy/events", "deploy/mtls", "deploy/mtls-transition"]
 #: The Secret with the caller tokens: Metacontroller sends its key "token", the hook mounts it.
 AUTH_SECRET = "pg-failover-hook-auth"
 AUTH_MOUNT = "/etc/pg-failover-hook/auth"
@@ -1063,7 +1063,8 @@ def _hook_pod_spec(target: str = "deploy") -> dict[str, Any]:
 
 
 def _hook_container(target: str = "deploy") -> dict[str, Any]:
-    (container,) = _hook_pod_spec(target)["containers"]
+    """The container named "hook" (deploy/mtls-transition adds "hook-tls" next to it)."""
+    (container,) = [c for c in _hook_pod_spec(target)["containers"] if c["name"] == "hook"]
     return container
 
 
@@ -1130,7 +1131,9 @@ def test_namespace_enforces_restricted() -> None:
 def test_deployment_shape() -> None:
     deployment = find(rendered("deploy"), "Deployment", HOOK_NAME)
     spec = deployment["spec"]
-    assert spec["replicas"] >= 3
+    assert "replicas" not in spec, "the HPA owns the replica count: a re-apply must not reset it"
+    hpa = find(rendered("deploy"), "HorizontalPodAutoscaler", HOOK_NAME)
+    assert hpa["spec"]["minReplicas"] >= 3
     assert spec["selector"]["matchLabels"] == POD_LABELS
     assert selects(spec["selector"], spec["template"]["metadata"]["labels"])
     assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
@@ -1291,12 +1294,21 @@ def ingress_problems(objects: list[dict[str, Any]]) -> list[str]:
     if not policies:
         return ["no NetworkPolicy isolates the hook pods for ingress"]
     peers_seen = {"metacontroller": False, "scraper": False}
+    # The ports the hook's containers serve (8080; 8443 with deploy/mtls; both in the
+    # transition), and nothing else.
+    deployment = find(objects, "Deployment", HOOK_NAME)
+    served = sorted(
+        p["containerPort"]
+        for c in deployment["spec"]["template"]["spec"]["containers"]
+        for p in c.get("ports", [])
+    )
+    wanted = [{"port": port, "protocol": "TCP"} for port in served]
     for policy in policies:
         name = policy["metadata"]["name"]
         for index, rule in enumerate(policy["spec"].get("ingress", [])):
             where = f"{name}.ingress[{index}]"
-            if rule.get("ports") != [{"port": 8080, "protocol": "TCP"}]:
-                problems.append(f"{where}: ports must be exactly TCP 8080")
+            if sorted(rule.get("ports") or [], key=lambda p: p.get("port", 0)) != wanted:
+                problems.append(f"{where}: ports must be exactly TCP {', '.join(map(str, served))}")
             if not rule.get("from"):
                 problems.append(f"{where}: no 'from' admits every source")
                 continue
@@ -1526,9 +1538,16 @@ def test_dockerfile_final_stage() -> None:
     assert len(stages) == 2, "builder + runtime"
     builder, final = stages
     for stage in stages:
-        assert re.fullmatch(r"python:3\.11(\.\d+)?-slim(-\w+)?( AS \w+)?", stage[0][1]), stage[0]
+        assert re.fullmatch(
+            r"python:3\.11(\.\d+)?-slim(-\w+)?@sha256:[0-9a-f]{64}( AS \w+)?", stage[0][1]
+        ), f"the base is pinned by digest: {stage[0]}"
+    assert builder[0][1].split(" AS ")[0] == final[0][1], "both stages on the same base"
     assert builder[0][1].endswith(" AS builder")
-    assert any(k == "RUN" and "pip install --no-cache-dir ." in a for k, a in builder)
+    assert any(
+        k == "RUN" and "--require-hashes" in a and "-r requirements/runtime.txt" in a
+        for k, a in builder
+    ), "dependencies from the lock"
+    assert any(k == "RUN" and "pip install --no-cache-dir --no-deps ." in a for k, a in builder)
     assert any(k == "RUN" and "compileall" in a for k, a in builder)
 
     final_instructions = [k for k, _ in final]

@@ -1,0 +1,1 @@
+"""Operator tools for a running installation (not shipped in the image)."""

@@ -1,0 +1,373 @@
+"""Credential rotation that Metacontroller really picks up (ops/rotate.py).
+
+Run against the stand-in's model of Metacontroller 4.17.2 (standin/credentials.py): the
+credentials are resolved when the controller is built and rebuilt only on a spec change,
+the hook pods check tokens with the real ``hooks.auth.Authenticator`` over a mount the
+model's kubelet refreshes once a minute. The documented procedure keeps every call
+authorised; the annotation-only procedure this project used to document does not.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ops.rotate import Names, RotationError, Timing, rotate_tls, rotate_token
+from standin.credentials import ModelCluster
+
+ROOT = Path(__file__).resolve().parent.parent
+NAMES = Names()
+NS, SECRET = NAMES.hook_namespace, NAMES.token_secret
+TIMING = Timing(poll=1.0)
+
+
+def manifest() -> dict[str, Any]:
+    cc: dict[str, Any] = yaml.safe_load(
+        (ROOT / "metacontroller/compositecontroller.yaml").read_text()
+    )
+    return cc
+
+
+def mtls_manifest() -> dict[str, Any]:
+    """The CompositeController as deploy/mtls renders it (its patch replaces endpointConfigs)."""
+    cc = manifest()
+    patch = yaml.safe_load((ROOT / "deploy/mtls/compositecontroller-patch.yaml").read_text())
+    cc["spec"]["endpointConfigs"] = copy.deepcopy(patch["spec"]["endpointConfigs"])
+    for hook, value in patch["spec"]["hooks"].items():
+        cc["spec"]["hooks"][hook]["webhook"].update(value["webhook"])
+    return cc
+
+
+def installed(tmp_path: Path, cc: dict[str, Any] | None = None) -> ModelCluster:
+    """`kubectl apply -k deploy/` done: the token Secret exists without data, the hook pods
+    mount it, Metacontroller tries to build the controller and fails (no key "token")."""
+    model = ModelCluster(tmp_path, cc or manifest())
+    model.update_secret(NS, SECRET, {})
+    model.mount_everywhere()
+    model.start_metacontroller()
+    return model
+
+
+def refused(model: ModelCluster, since: float = 0.0) -> list[str]:
+    return [f"{c.time:.1f} {c.pod} {c.reason}" for c in model.calls if c.time >= since and not c.ok]
+
+
+def test_first_token_after_install_makes_metacontroller_call_at_once(tmp_path: Path) -> None:
+    model = installed(tmp_path)
+    assert model.controller is None, "no controller while the key 'token' is missing"
+    assert [r for r, *_ in model.events(NAMES.compositecontroller)] == ["CreateError"]
+
+    report = rotate_token(model, timing=TIMING, token="a" * 64, stamp="1")
+
+    assert report.changed and report.new_key == "token-1"
+    assert model.controller is not None and model.controller.header == "Bearer " + "a" * 64
+    # Once the controller runs, every call is authorised.
+    model.sleep(120)
+    assert model.calls and not refused(model)
+    assert set(model.secret_data(NS, SECRET) or {}) == {"token", "token-1"}
+
+
+def test_documented_rotation_keeps_every_call_authorised(tmp_path: Path) -> None:
+    model = installed(tmp_path)
+    rotate_token(model, timing=TIMING, token="a" * 64, stamp="1")
+    model.sleep(200)
+    before = len(model.calls)
+
+    for n, value in enumerate(("b" * 64, "c" * 64, "d" * 64), start=2):
+        rotate_token(model, timing=TIMING, token=value, stamp=str(n))
+        model.sleep(150)  # the kubelets drop the removed keys from every mount
+        assert model.controller is not None
+        assert model.controller.header == f"Bearer {value}"
+        assert set(model.secret_data(NS, SECRET) or {}) == {"token", f"token-{n}"}
+        # The old token is really gone from every pod: a caller still using it is refused.
+        pod = model.pods[0]
+        assert not pod.authenticator.check(f"Bearer {'abc'[n - 2] * 64}", None).ok
+
+    assert len(model.calls) - before > 1000, "the calls went on during every rotation"
+    assert not refused(model)
+
+
+def test_reapplying_the_manifests_after_a_rotation_keeps_calls_authorised(
+    tmp_path: Path,
+) -> None:
+    """`kubectl apply -k deploy/` points Metacontroller back at the key "token" (a spec
+    change, so a rebuild): that key always holds the current token."""
+    model = installed(tmp_path)
+    rotate_token(model, timing=TIMING, token="a" * 64, stamp="1")
+    rotate_token(model, timing=TIMING, token="b" * 64, stamp="2")
+    model.sleep(150)
+
+    model.apply(manifest())
+    assert model.controller is not None and model.controller.header == "Bearer " + "b" * 64
+    model.sleep(100)
+    rotate_token(model, timing=TIMING, token="c" * 64, stamp="3")
+    model.start_metacontroller()  # a restart or leader change reads the same spec
+    model.sleep(150)
+    assert model.controller is not None and model.controller.header == "Bearer " + "c" * 64
+    assert not refused(model)
+
+
+def test_the_annotation_only_procedure_breaks_every_call(tmp_path: Path) -> None:
+    """What README, deploy.md and security.md used to say: patch "token", keep the old one as
+    "token.previous", annotate the CompositeController, check, drop "token.previous"."""
+    model = ModelCluster(tmp_path, manifest())
+    model.update_secret(NS, SECRET, {"token": b"a" * 64})  # the old install steps
+    model.mount_everywhere()
+    model.start_metacontroller()
+    model.sleep(100)
+    assert model.calls and not refused(model)
+
+    model.update_secret(NS, SECRET, {"token": b"b" * 64, "token.previous": b"a" * 64})
+    model.sleep(120)
+    events_before = len(model.event_log)
+    model.annotate("pg-failover-hook.adg.io/token-loaded", "20261130T000000Z")
+    assert len(model.event_log) == events_before, "an annotation rebuilds nothing"
+    model.sleep(30)
+    check = model.clock
+    assert not refused(model), "the check after the annotation passes: the old token still works"
+
+    model.update_secret(NS, SECRET, {}, remove=["token.previous"])
+    model.sleep(120)
+
+    assert model.controller is not None and model.controller.header == "Bearer " + "a" * 64
+    failures = refused(model, since=check)
+    late = [c for c in model.calls if c.time >= model.clock - 30]
+    assert failures and all(not c.ok and c.reason == "unknown_token" for c in late), (
+        "once every kubelet dropped the old token, every call is refused"
+    )
+    # Only a rebuild (here: a restart) ends it.
+    calls = len(model.calls)
+    model.start_metacontroller()
+    model.sleep(10)
+    assert all(c.ok for c in model.calls[calls:])
+
+
+def test_skipping_the_wait_for_the_pods_refuses_calls(tmp_path: Path) -> None:
+    """Step 2 is not decorative: pointing Metacontroller at a token the kubelets have not
+    yet delivered to every pod gets 401s from those pods."""
+    model = installed(tmp_path)
+    rotate_token(model, timing=TIMING, token="a" * 64, stamp="1")
+    model.sleep(100)
+    start = model.clock
+    rotate_token(
+        model,
+        timing=Timing(kubelet_delay=0.0, poll=1.0),
+        token="b" * 64,
+        stamp="2",
+        pod_check="sleep",
+        keep_old=True,
+    )
+    model.sleep(120)
+    assert any(c.reason == "unknown_token" for c in model.calls if c.time >= start)
+
+
+def test_a_failed_rebuild_stops_the_rotation_and_removes_nothing(tmp_path: Path) -> None:
+    class Racing(ModelCluster):
+        """Someone deletes the new key right before the patch lands."""
+
+        def patch_compositecontroller(self, name: str, patch: list[dict[str, Any]]) -> None:
+            self.update_secret(NS, SECRET, {}, remove=["token-2"])
+            super().patch_compositecontroller(name, patch)
+
+    model = Racing(tmp_path, manifest())
+    model.update_secret(NS, SECRET, {"token": b"a" * 64})
+    model.mount_everywhere()
+    model.start_metacontroller()
+
+    with pytest.raises(RotationError, match="could not rebuild"):
+        rotate_token(model, timing=TIMING, token="b" * 64, stamp="2")
+    assert (model.secret_data(NS, SECRET) or {}).get("token") == b"a" * 64, "nothing removed"
+
+
+def test_rotation_refuses_a_compositecontroller_without_the_token(tmp_path: Path) -> None:
+    cc = manifest()
+    del cc["spec"]["endpointConfigs"]
+    model = ModelCluster(tmp_path, cc)
+    with pytest.raises(RotationError, match=r"no authorization\.secretRef"):
+        rotate_token(model, timing=TIMING)
+
+
+# ---------------------------------------------------------------- mTLS certificates
+
+LIFETIME = 300.0  # a 90-day certificate, scaled
+RENEW_AT = LIFETIME * 2 / 3  # cert-manager's default renewBefore: a third of the lifetime
+
+
+def mtls_installed(tmp_path: Path) -> ModelCluster:
+    model = ModelCluster(tmp_path, mtls_manifest(), mtls=True)
+    model.update_secret(NS, SECRET, {"token": b"a" * 64})
+    model.update_secret(NS, NAMES.server_secret, {"ca.crt": b"SERVER CA", "tls.crt": b"x"})
+    model.issue_client_certificate(1, LIFETIME)
+    model.mount_everywhere()
+    model.start_metacontroller()
+    assert model.controller is not None
+    return model
+
+
+def run_with_renewals(model: ModelCluster, until: float, every: float, action: Any) -> None:
+    """cert-manager renews at 2/3 of each certificate's lifetime; ``action`` runs every
+    ``every`` seconds (a CronJob)."""
+    serial, renew = 1, RENEW_AT
+    next_action = every
+    while model.clock < until:
+        step = min(renew, next_action) - model.clock
+        model.sleep(max(step, model.tick))
+        if model.clock >= renew:
+            serial += 1
+            model.issue_client_certificate(serial, LIFETIME)
+            renew = model.clock + RENEW_AT
+        if model.clock >= next_action:
+            action(model)
+            next_action = model.clock + every
+
+
+def test_tls_rotation_from_a_cronjob_follows_cert_manager_renewals(tmp_path: Path) -> None:
+    model = mtls_installed(tmp_path)
+    run_with_renewals(
+        model,
+        until=5 * LIFETIME,
+        every=LIFETIME / 6,
+        action=lambda m: rotate_tls(m, timing=TIMING, stamp=f"{m.clock:.0f}"),
+    )
+    assert model.controller is not None and model.controller.client_cert is not None
+    assert model.controller.client_cert.serial >= 6, "renewals were picked up"
+    assert len(model.calls) > 2000 and not refused(model)
+    pinned = model.secret_data(NAMES.client_namespace, NAMES.client_pinned_secret) or {}
+    assert len(pinned) == 2, "older stamped copies are pruned"
+
+
+def test_tls_rotation_changes_nothing_when_already_current(tmp_path: Path) -> None:
+    model = mtls_installed(tmp_path)
+    assert rotate_tls(model, timing=TIMING, stamp="1").changed
+    events = len(model.event_log)
+    assert not rotate_tls(model, timing=TIMING, stamp="2").changed
+    assert len(model.event_log) == events, "no rebuild when nothing changed"
+
+
+def test_annotating_after_renewals_lets_the_old_certificate_expire(tmp_path: Path) -> None:
+    model = mtls_installed(tmp_path)
+    run_with_renewals(
+        model,
+        until=2 * LIFETIME,
+        every=LIFETIME / 6,
+        action=lambda m: m.annotate("pg-failover-hook.adg.io/renewed", str(m.clock)),
+    )
+    failures = refused(model)
+    assert failures and all("client_certificate_expired" in f for f in failures)
+    assert float(failures[0].split()[0]) >= LIFETIME, "fails exactly when the first one expires"
+
+
+# ------------------------------------------------- the kubectl side, against a fake kubectl
+
+FAKE_KUBECTL = r'''#!/usr/bin/env python3
+"""A fake kubectl over a JSON state file: just the calls ops.rotate.KubectlCluster makes.
+A CompositeController patch records Metacontroller's Stopped/Started Events, as it would."""
+import base64, json, os, sys
+STATE = os.environ["FAKE_KUBECTL_STATE"]
+state = json.load(open(STATE))
+args = sys.argv[1:]
+state["calls"].append(args)
+ns = args[args.index("-n") + 1] if "-n" in args else None
+rest = [a for i, a in enumerate(args) if a != "-n" and (i == 0 or args[i - 1] != "-n")]
+def save():
+    json.dump(state, open(STATE, "w"))
+def out(obj):
+    save(); print(json.dumps(obj)); sys.exit(0)
+verb = rest[0]
+if verb == "get" and rest[1] == "secret":
+    data = state["secrets"].get(f"{ns}/{rest[2]}")
+    if data is None:
+        save(); print("NotFound", file=sys.stderr); sys.exit(1)
+    out({"data": data})
+if verb == "create" and rest[1] == "secret":
+    state["secrets"][f"{ns}/{rest[3]}"] = {}
+    save(); sys.exit(0)
+if verb == "patch" and rest[1] == "secret":
+    assert rest[rest.index("--type") + 1] == "merge"
+    patch = json.loads(rest[rest.index("-p") + 1])
+    data = state["secrets"][f"{ns}/{rest[2]}"]
+    for key, value in patch["data"].items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            base64.b64decode(value, validate=True)
+            data[key] = value
+    save(); sys.exit(0)
+if verb == "get" and rest[1] == "compositecontroller":
+    out(state["cc"])
+if verb == "patch" and rest[1] == "compositecontroller":
+    assert rest[rest.index("--type") + 1] == "json"
+    for op in json.loads(rest[rest.index("-p") + 1]):
+        node = state["cc"]
+        parts = op["path"].split("/")[1:]
+        for part in parts[:-1]:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        last = int(parts[-1]) if isinstance(node, list) else parts[-1]
+        if op["op"] == "test":
+            if node[last] != op["value"]:
+                print("test failed", file=sys.stderr); save(); sys.exit(1)
+        else:
+            node[last] = op["value"]
+    state["started"] += 1
+    out({})
+if verb == "get" and rest[1] == "events":
+    started = {"reason": "Started", "message": "Started controller", "count": state["started"]}
+    out({"items": [started]})
+if verb == "get" and rest[1] == "pods":
+    out({"items": [{"metadata": {"name": p}, "status": {"phase": "Running"}} for p in ("a", "b")]})
+if verb == "exec":
+    path = rest[-1]
+    key = path.rsplit("/", 1)[1]
+    secret = state["secrets"]["pg-failover-hook/pg-failover-hook-auth"]
+    save(); sys.exit(0 if key in secret else 1)
+print("unexpected: " + " ".join(args), file=sys.stderr); save(); sys.exit(2)
+'''
+
+
+def test_the_kubectl_commands_of_a_token_rotation(tmp_path: Path, monkeypatch: Any) -> None:
+    import json
+    import sys
+
+    from ops import rotate
+
+    fake = tmp_path / "kubectl"
+    fake.write_text(FAKE_KUBECTL.replace("#!/usr/bin/env python3", f"#!{sys.executable}"))
+    fake.chmod(0o755)
+    state_file = tmp_path / "state.json"
+    state_file.write_text(
+        json.dumps(
+            {
+                "calls": [],
+                "started": 1,
+                "cc": manifest(),
+                "secrets": {f"{NS}/{SECRET}": {"token": "b2xkLXRva2VuLTAxMjM0NTY3ODk="}},
+            }
+        )
+    )
+    monkeypatch.setenv("FAKE_KUBECTL_STATE", str(state_file))
+    real = rotate.KubectlCluster
+    monkeypatch.setattr(rotate, "KubectlCluster", lambda kubectl: real([str(fake)]))
+    monkeypatch.setattr(rotate, "stamp_now", lambda: "20261130T120000Z")
+
+    assert rotate.main(["token"]) == 0
+
+    state = json.loads(state_file.read_text())
+    entry = state["cc"]["spec"]["endpointConfigs"][0]
+    assert entry["authorization"]["secretRef"]["key"] == "token-20261130T120000Z"
+    data = state["secrets"][f"{NS}/{SECRET}"]
+    assert set(data) == {"token", "token-20261130T120000Z"}
+    assert data["token"] == data["token-20261130T120000Z"], "'token' holds the current token"
+    verbs = [
+        " ".join([a for i, a in enumerate(c) if "-n" not in (a, c[i - 1] if i else "")][:2])
+        for c in state["calls"]
+    ]
+    assert verbs.index("exec a") < verbs.index("patch compositecontroller"), "pods first"
+    # A second rotation with the same stamp is refused before anything changes.
+    calls = len(state["calls"])
+    assert rotate.main(["token"]) == 1
+    state = json.loads(state_file.read_text())
+    assert not any(c[0] == "patch" for c in state["calls"][calls:])
