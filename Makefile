@@ -20,7 +20,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE   ?= ghcr.io/adg-io/pg-failover-hook:$(VERSION)
 DOCKER  ?= docker
 
-.PHONY: venv demo serve test lint bench clean lock image
+.PHONY: venv demo serve test lint bench clean lock image promtool
 
 $(STAMP): pyproject.toml $(LOCK_TEST)
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { echo "Python's venv module is missing: apt-get install -y python3-venv"; exit 1; }
@@ -46,8 +46,14 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP) lint
+test: $(STAMP) lint promtool
 	$(BIN)/python -m pytest
+
+# The alert tests need promtool and prometheus (Debian's prometheus package; .ci/run installs it).
+promtool:
+	@{ command -v promtool && command -v prometheus; } >/dev/null 2>&1 || { \
+	  echo "promtool/prometheus missing: apt-get install -y prometheus (Debian), as .ci/run does"; \
+	  exit 1; }
 
 # Re-resolve the lock from pyproject.toml (newest versions within its ranges), then
 # reinstall .venv from it. Run the tests before committing the new lock.

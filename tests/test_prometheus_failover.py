@@ -1,0 +1,247 @@
+"""The hook's own alerts, evaluated by a real Prometheus during a real SIGKILL failover.
+
+Test design: the session's 3-member Patroni cluster, the hook under gunicorn (2 workers, the
+production config module), the Metacontroller stand-in applying every reply, and a real
+Prometheus (Debian's ``prometheus`` package, as promtool) on an ephemeral loopback port with
+its own temporary storage, scraping the hook's /metrics and evaluating
+deploy/monitoring/alerts.rules.yaml every second. The leader is SIGKILLed; Patroni promotes
+another member once its TTL (20 s in the devcluster) expires.
+
+What it proves, through Prometheus' HTTP API:
+
+* the no-leader alert the hook's metrics can carry, ``PgfhHookSeesNoLeader``
+  (``pgfh_sync_replies_total`` with a degraded decision: the hook's metrics have no cluster
+  label), is pending during the TTL window (its ``for: 1m`` is longer than this failover, so
+  it never fires: an ordinary failover does not page);
+* it resolves (no longer active) within a few scrapes after the Service moved;
+* the range query of ``ALERTS`` agrees: pending samples inside the window, none afterwards.
+
+The per-cluster alerts read kube-state-metrics' series, which need a Kubernetes API server;
+they are unit-tested with promtool series (tests/monitoring/alerts.test.yaml).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+import yaml
+
+from devcluster import PatroniCluster
+from standin.gunicorn import GunicornHook, free_port, gunicorn_hook, stop
+from standin.harness import Rig, start_rig
+
+pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+RULES = REPO / "deploy" / "monitoring" / "alerts.rules.yaml"
+ALERT = "PgfhHookSeesNoLeader"
+HINT = "prometheus is missing: apt-get install -y prometheus (Debian; .ci/run installs it)"
+
+
+@dataclass
+class Prometheus:
+    """A running Prometheus: its API base URL and log file."""
+
+    url: str
+    log_path: Path
+
+    def get(self, path: str, **params: Any) -> Any:
+        response = requests.get(f"{self.url}{path}", params=params, timeout=5)
+        response.raise_for_status()
+        body = response.json()
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def alerts(self, name: str) -> list[dict[str, Any]]:
+        return [a for a in self.get("/api/v1/alerts")["alerts"] if a["labels"]["alertname"] == name]
+
+    def wait(self, what: str, check: Any, timeout: float) -> Any:
+        """Poll ``check()`` until it returns something truthy (bounded in time)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                value = check()
+            except requests.RequestException:
+                value = None
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                tail = self.log_path.read_text(errors="replace")[-2000:]
+                raise TimeoutError(f"Prometheus: no {what} within {timeout} s\n{tail}")
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornHook]:
+    with gunicorn_hook(tmp_path_factory.mktemp("hook"), workers=2, threads=8) as running:
+        yield running
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path, hook: GunicornHook) -> Iterator[Prometheus]:
+    binary = shutil.which("prometheus")
+    assert binary, HINT
+    target = urlsplit(hook.url).netloc
+    assert target.startswith("127."), target
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+        "rule_files": [str(RULES)],
+        "scrape_configs": [
+            {
+                "job_name": "pg-failover-hook",
+                "metrics_path": "/metrics",
+                "static_configs": [{"targets": [target], "labels": {"namespace": "pgfh"}}],
+            }
+        ],
+    }
+    config_path = tmp_path / "prometheus.yml"
+    config_path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    log_path = tmp_path / "prometheus.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config_path}",
+                f"--storage.tsdb.path={tmp_path / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            start_new_session=True,  # its own process group: stop() kills only it
+        )
+    running = Prometheus(f"http://127.0.0.1:{port}", log_path)
+    try:
+        running.wait("readiness", lambda: requests.get(f"{running.url}/-/ready", timeout=1).ok, 30)
+        yield running
+    finally:
+        stop(process, timeout=10)
+
+
+@pytest.fixture
+def rig(healthy_patroni_cluster: PatroniCluster, hook: GunicornHook) -> Iterator[Rig]:
+    running = start_rig(healthy_patroni_cluster, hook.url)
+    try:
+        leader = healthy_patroni_cluster.leader()
+        assert leader is not None
+        running.wait_selected(leader, timeout=10)
+        yield running
+    finally:
+        running.standin.stop()
+
+
+@dataclass
+class AlertLog:
+    """States of one alert as /api/v1/alerts showed them, polled every 0.25 s."""
+
+    prometheus: Prometheus
+    name: str
+    samples: list[tuple[float, str | None]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        deadline = time.monotonic() + 120  # bounded even if the test forgets to stop it
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            try:
+                active = self.prometheus.alerts(self.name)
+                state = active[0]["state"] if active else None
+                self.samples.append((time.monotonic(), state))
+            except requests.RequestException:
+                pass
+            self._stop.wait(0.25)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def states(self, start: float, end: float) -> set[str | None]:
+        return {state for t, state in self.samples if start <= t <= end}
+
+
+def test_the_no_leader_alert_is_pending_during_the_ttl_window_and_resolves_after_the_move(
+    rig: Rig, prometheus: Prometheus
+) -> None:
+    cluster = rig.cluster
+    # Prometheus scrapes the hook and evaluates the hook's rules; nothing is active yet.
+    prometheus.wait(
+        "scrape of the hook",
+        lambda: any(
+            r["value"][1] == "1"
+            for r in prometheus.get("/api/v1/query", query='up{job="pg-failover-hook"}')["result"]
+        ),
+        15,
+    )
+
+    def evaluated() -> bool:
+        groups = prometheus.get("/api/v1/rules")["groups"]
+        rules = [r for g in groups for r in g["rules"] if r.get("name") == ALERT]
+        return bool(rules) and rules[0]["health"] == "ok" and bool(rules[0].get("lastEvaluation"))
+
+    prometheus.wait(f"evaluation of {ALERT}", evaluated, 15)
+    prometheus.wait(
+        f"{ALERT} inactive on the healthy cluster", lambda: not prometheus.alerts(ALERT), 10
+    )
+
+    log = AlertLog(prometheus, ALERT)
+    poller = threading.Thread(target=log.run, name="alert-poller", daemon=True)
+    poller.start()
+    try:
+        old = cluster.leader()
+        assert old is not None
+        with cluster.watch_leader(exclude={old}) as watch:
+            killed_at = cluster.kill_member(old)
+            rig.pod_changed(old, ready=False)
+            election = watch.result(timeout=60)
+        moved = rig.wait_selected(election.name, timeout=10)
+        # Resolved: not active any more, a few scrapes after the Service moved.
+        prometheus.wait(
+            f"resolution of {ALERT}", lambda: log.samples and log.samples[-1][1] is None, 15
+        )
+        resolved_at = time.monotonic()
+    finally:
+        log.stop()
+        poller.join(timeout=5)
+
+    window = log.states(killed_at, election.first_primary)
+    assert "pending" in window, f"{ALERT} was never pending between the kill and the promotion"
+    assert "firing" not in window, f"{ALERT} fired within its for: 1m during a 20 s failover"
+    assert resolved_at - moved.finished < 10, (
+        f"{ALERT} resolved {resolved_at - moved.finished:.1f} s after the Service moved"
+    )
+    pending_from = min(t for t, s in log.samples if s == "pending")
+    print(
+        f"\n{ALERT}: pending {pending_from - killed_at:.1f} s after the SIGKILL, promotion after "
+        f"{election.first_primary - killed_at:.1f} s, Service moved after "
+        f"{moved.finished - killed_at:.1f} s, alert resolved "
+        f"{resolved_at - moved.finished:.1f} s after the move"
+    )
+
+    # The same story in Prometheus' ALERTS series (written for pending and firing alerts).
+    to_wall = time.time() - time.monotonic()
+    series = prometheus.get(
+        "/api/v1/query_range",
+        query=f'ALERTS{{alertname="{ALERT}"}}',
+        start=killed_at + to_wall - 5,
+        end=time.time(),
+        step="1s",
+    )["result"]
+    pending = [
+        float(t) - to_wall
+        for s in series
+        if s["metric"]["alertstate"] == "pending"
+        for t, _ in s["values"]
+    ]
+    assert any(killed_at <= t <= election.first_primary for t in pending), series
+    assert all(s["metric"]["alertstate"] == "pending" for s in series), series
+    assert max(pending) < moved.finished + 5, "ALERTS still pending 5 s after the Service moved"
