@@ -55,10 +55,12 @@ def recorded_body(hosts: Sequence[str], port: int, names: Sequence[str]) -> dict
     return body
 
 
-def steady_body(hook_url: str, first: dict[str, Any]) -> dict[str, Any]:
+def steady_body(
+    hook_url: str, first: dict[str, Any], headers: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The request after Metacontroller applied the hook's reply to ``first``.
 
-    Authenticated like Metacontroller (the rig hook's bearer token).
+    Authenticated like Metacontroller (the rig hook's bearer token, or ``headers``).
     """
     world = World(
         parent=copy.deepcopy(first["parent"]),
@@ -70,7 +72,7 @@ def steady_body(hook_url: str, first: dict[str, Any]) -> dict[str, Any]:
             f"{hook_url}/sync",
             json=world.sync_request(),
             timeout=10,
-            headers=credentials_for(hook_url),
+            headers=credentials_for(hook_url) if headers is None else headers,
         )
         applied = apply_reply(world, check_reply(response.status_code, response.content))
         if not (applied.status_changed or applied.created or applied.updated or applied.deleted):

@@ -115,6 +115,9 @@ class HookSettings:
     server_tls: ServerTLS | None = None
     #: TLS towards Patroni members whose spec says ``scheme: https``.
     patroni_tls: PatroniTLS = field(default_factory=PatroniTLS)
+    #: Close a caller's keep-alive connection after its n-th request (0: never), so that
+    #: the load spreads over the hook pods: see :func:`closes_connection`.
+    connection_max_requests: int = 100
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> HookSettings:
@@ -198,7 +201,29 @@ class HookSettings:
             auth=auth,
             server_tls=server_tls,
             patroni_tls=patroni_tls,
+            connection_max_requests=(
+                0
+                if env.get("PGFH_CONNECTION_MAX_REQUESTS", "").strip() == "0"
+                else count("PGFH_CONNECTION_MAX_REQUESTS", default.connection_max_requests)
+            ),
         )
+
+
+def closes_connection(request_number: int, max_requests: int) -> bool:
+    """Whether the hook answers request number ``request_number`` of a connection with
+    ``Connection: close`` (``max_requests`` is ``PGFH_CONNECTION_MAX_REQUESTS``; 0: never).
+
+    Metacontroller calls the hook through its Service with Go's default HTTP transport,
+    which keeps up to two idle connections per host alive for 90 s and reuses the most
+    recently used one first; kube-proxy balances *connections*, not requests. Without an
+    end to a connection, the one or two connections Metacontroller holds carry every sync
+    to the one or two pods they happened to land on, and pods that the HPA adds get
+    nothing while those connections live. Ending every connection after a fixed number of
+    requests is stateless (gunicorn counts the requests of each connection) and costs the
+    caller one new TCP connection per ``max_requests`` syncs; Go opens the next one
+    without an error or a retry, and kube-proxy sends it to a random pod.
+    """
+    return max_requests > 0 and request_number >= max_requests
 
 
 def _auth_and_tls(env: Mapping[str, str]) -> tuple[AuthSettings, ServerTLS | None]:

@@ -19,7 +19,7 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-from hooks.config import HookSettings
+from hooks.config import HookSettings, closes_connection
 from hooks.logs import logging_config
 
 # Read (and check) every PGFH_* setting in the master, before any worker forks: a
@@ -61,6 +61,20 @@ if _settings.server_tls is not None:
         cert_reqs = ssl.CERT_OPTIONAL
 
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms rid=%({x-request-id}o)s'
+
+
+def pre_request(worker: Any, req: Any) -> None:
+    """End the caller's connection after ``PGFH_CONNECTION_MAX_REQUESTS`` requests.
+
+    gunicorn drops a ``Connection`` header that the app sets (hop-by-hop), so the
+    decision is made here, on gunicorn's own request: ``req_number`` counts the requests
+    of this connection, and a request marked ``must_close`` is answered with
+    ``Connection: close`` and the connection closed after the reply. See
+    :func:`hooks.config.closes_connection`.
+    """
+    worker.log.debug("%s %s", req.method, req.path)
+    if closes_connection(req.req_number, _settings.connection_max_requests):
+        req.must_close = True
 
 
 def on_starting(server: Any) -> None:

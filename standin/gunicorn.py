@@ -79,13 +79,15 @@ def gunicorn_hook(
     threads: int = 8,
     ready_timeout: float = 30.0,
     ca_file: Path | None = None,
+    app: str = "hooks.app:create_app()",
 ) -> Iterator[GunicornHook]:
     """Start ``gunicorn -c python:hooks.gunicorn_conf 'hooks.app:create_app()'``.
 
     Caller authentication is on, as in production: unless ``env`` sets ``PGFH_AUTH``
     itself, a random token is written to ``<workdir>/auth/token`` and returned in
     :attr:`GunicornHook.token`. With ``PGFH_TLS_CERT_FILE`` in ``env`` the hook serves
-    HTTPS; ``ca_file`` verifies it.
+    HTTPS; ``ca_file`` verifies it. ``app`` names another WSGI app factory (the
+    benchmarks' instrumented one, :mod:`bench.stages`).
     """
     port = free_port()
     metrics_dir = workdir / "metrics"
@@ -115,7 +117,7 @@ def gunicorn_hook(
     gunicorn = Path(sys.executable).with_name("gunicorn")
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [str(gunicorn), "-c", "python:hooks.gunicorn_conf", "hooks.app:create_app()"],
+            [str(gunicorn), "-c", "python:hooks.gunicorn_conf", app],
             cwd=REPO,
             env=environment,
             stdout=log,

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from hooks.config import HookSettings, ResyncTiming
+from hooks.config import HookSettings, ResyncTiming, closes_connection
 from hooks.logs import ContextFilter, bound, logging_config
 
 # ===================================================================== settings
@@ -75,6 +75,8 @@ def test_the_degraded_resync_is_faster_than_the_healthy_one_by_default() -> None
         ("PGFH_LOG_FORMAT", "text", "log_format", "text"),
         ("PGFH_LOG_LEVEL", "debug", "log_level", "DEBUG"),
         ("PGFH_LOG_LEVEL", "Warning", "log_level", "WARNING"),
+        ("PGFH_CONNECTION_MAX_REQUESTS", "20", "connection_max_requests", 20),
+        ("PGFH_CONNECTION_MAX_REQUESTS", " 0 ", "connection_max_requests", 0),
     ],
 )
 def test_each_variable_is_parsed(variable: str, raw: str, attribute: str, expected: object) -> None:
@@ -96,6 +98,7 @@ def test_each_variable_is_parsed(variable: str, raw: str, attribute: str, expect
         "PGFH_MAX_MEMBERS",
         "PGFH_RESYNC_HEALTHY_SECONDS",
         "PGFH_RESYNC_DEGRADED_SECONDS",
+        "PGFH_CONNECTION_MAX_REQUESTS",
     ],
 )
 def test_an_empty_number_variable_keeps_the_default(variable: str) -> None:
@@ -163,6 +166,20 @@ def test_a_fraction_for_a_count_is_rejected_not_truncated_to_zero() -> None:
 
 def test_an_unknown_log_format_or_level_is_rejected_naming_the_variable() -> None:
     assert _refusals([("PGFH_LOG_FORMAT", "xml"), ("PGFH_LOG_LEVEL", "LOUD")]) == []
+
+
+@pytest.mark.parametrize("raw", ["-1", "2.5", "many", "0.0"])
+def test_a_bad_connection_request_limit_is_refused_naming_the_variable(raw: str) -> None:
+    with pytest.raises(ValueError, match="PGFH_CONNECTION_MAX_REQUESTS"):
+        HookSettings.from_env({"PGFH_CONNECTION_MAX_REQUESTS": raw})
+
+
+def test_a_connection_is_closed_at_its_nth_request_and_never_with_zero() -> None:
+    assert HookSettings().connection_max_requests == 100
+    closes = [n for n in range(1, 301) if closes_connection(n, 100)]
+    assert closes[0] == 100  # requests 1..99 keep the connection; the 100th ends it
+    assert not any(closes_connection(n, 0) for n in range(1, 1000))
+    assert closes_connection(1, 1)  # 1: every reply says Connection: close
 
 
 def test_from_env_without_a_mapping_reads_the_process_environment(

@@ -9,6 +9,7 @@ processes, and a graceful SIGTERM.
 
 from __future__ import annotations
 
+import http.client
 import json
 import signal
 import time
@@ -106,3 +107,59 @@ def test_sigterm_stops_gracefully_within_the_graceful_timeout(tmp_path: Path) ->
         elapsed = time.monotonic() - started
     assert code == 0
     assert elapsed < 20, f"graceful stop took {elapsed:.1f} s"
+
+
+def _keepalive_replies(url: str, headers: dict[str, str], count: int) -> list[tuple[int, str, int]]:
+    """(status, Connection header, local port) of ``count`` GETs on keep-alive connections.
+
+    A new connection is opened only after the server closed the last one: the local port
+    tells which connection carried each request.
+    """
+    host, port = url.removeprefix("http://").split(":")
+    seen: list[tuple[int, str, int]] = []
+    conn: http.client.HTTPConnection | None = None
+    for _ in range(count):
+        if conn is None:
+            conn = http.client.HTTPConnection(host, int(port), timeout=5)
+        conn.request("GET", "/healthz", headers=headers)
+        assert conn.sock is not None
+        local_port = conn.sock.getsockname()[1]
+        response = conn.getresponse()
+        response.read()
+        seen.append((response.status, response.getheader("Connection", ""), local_port))
+        if response.will_close:
+            conn.close()
+            conn = None
+    if conn is not None:
+        conn.close()
+    return seen
+
+
+def test_the_default_keeps_a_callers_connection_for_many_requests(hook: GunicornHook) -> None:
+    replies = _keepalive_replies(hook.url, hook.headers, 20)
+    assert {status for status, _, _ in replies} == {200}
+    assert {connection for _, connection, _ in replies} == {"keep-alive"}
+    assert len({port for _, _, port in replies}) == 1
+
+
+def test_a_connection_is_closed_after_pgfh_connection_max_requests(tmp_path: Path) -> None:
+    env = {**EPHEMERAL_PORTS, "PGFH_CONNECTION_MAX_REQUESTS": "3"}
+    with gunicorn_hook(tmp_path, env=env, workers=1, threads=2) as running:
+        replies = _keepalive_replies(running.url, running.headers, 7)
+        body = json.dumps(sync_body()).encode()
+        host, port = running.url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=5)
+        sync_headers = {**running.headers, "Content-Type": "application/json"}
+        try:
+            statuses = []
+            for _ in range(3):  # a sync is answered in full on the request that ends it
+                conn.request("POST", "/sync", body=body, headers=sync_headers)
+                response = conn.getresponse()
+                statuses.append((response.status, response.getheader("Connection")))
+                assert json.loads(response.read())["children"]
+        finally:
+            conn.close()
+    assert [c for _, c, _ in replies] == ["keep-alive", "keep-alive", "close"] * 2 + ["keep-alive"]
+    ports = [p for _, _, p in replies]
+    assert ports[0] == ports[1] == ports[2] != ports[3] == ports[4] == ports[5] != ports[6]
+    assert statuses == [(200, "keep-alive"), (200, "keep-alive"), (200, "close")]

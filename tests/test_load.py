@@ -10,7 +10,9 @@ and the figures the benchmark reports exist. Loopback only.
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,8 @@ import requests
 
 from bench.common import encode
 from bench.load import OK, measure, report
+from bench.spread import GoTransport, run_mode
+from bench.stages import measure as stages_measure
 from standin.apply import check_reply
 from standin.gunicorn import free_port, gunicorn_hook
 from tests.helpers import many_pods
@@ -73,3 +77,41 @@ def test_a_request_with_500_pods_is_answered_under_gunicorn(tmp_path: Path) -> N
     members = reply["status"]["members"]
     assert len(members) == 500 and not any(m["reachable"] for m in members)
     assert reply["status"]["conditions"][0]["reason"] == "NoLeader"
+
+
+def test_a_short_spread_run_reaches_the_added_pod_and_ends_connections(tmp_path: Path) -> None:
+    """bench/spread.py shortened: 1 pod, then 2; the hook ends each connection after 5."""
+    result = run_mode(
+        5, pods=2, initial=1, rate=20, workers=3, before=2, after=3, threads=2, workdir=tmp_path
+    )
+    before, after = result.phases
+    assert before.sent == before.ok > 0 and after.sent == after.ok > 0, result
+    assert before.per_pod[1] == 0  # not routed to yet
+    assert after.per_pod[1] > 0, after  # ~12 new connections, each to a random pod of 2
+    assert after.closed_by_server > 0 and after.dials >= after.closed_by_server
+
+
+def test_go_transport_keeps_at_most_two_idle_connections_and_reuses_the_newest() -> None:
+    transport = GoTransport("127.0.0.1", free_port())  # nothing listens: no I/O below
+    conns = [http.client.HTTPConnection("127.0.0.1", 1) for _ in range(3)]
+    peers = []
+    for conn in conns:
+        conn.sock, peer = socket.socketpair()  # an idle, open, silent connection
+        peers.append(peer)
+        transport._put(conn)
+    try:
+        assert [c for c, _ in transport._idle] == conns[:2]
+        assert conns[2].sock is None  # the third was closed ("too many idle")
+        assert transport._get() is conns[1]  # most recently used first
+        peers[0].close()  # the server ends the other one while it is idle
+        assert transport._get() is not conns[0] and transport.dials == 1
+    finally:
+        for sock in (*peers, *(c.sock for c in conns if c.sock is not None)):
+            sock.close()
+
+
+def test_the_stage_split_runs_the_real_app() -> None:
+    table = stages_measure(duration=2.0, concurrency=4)
+    assert "| **the pod in all**" in table and "probes (their pool threads)" not in table
+    assert "| the probes, in the probe pool's threads |" in table
+    assert "'ok'" in table and "WRONG" not in table

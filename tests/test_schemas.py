@@ -25,6 +25,9 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from marshmallow import ValidationError
 
 from hooks.schemas import (
     LEADER_PATHS,
@@ -32,6 +35,8 @@ from hooks.schemas import (
     RequestError,
     ServicePort,
     SpecProblem,
+    SyncEnvelopeSchema,
+    check_sync_envelope,
     load_customize_request,
     load_spec,
     load_sync_request,
@@ -518,3 +523,54 @@ def test_a_customize_request_with_an_invalid_spec_loads_without_a_spec() -> None
     body = fixture("customize-request.json")
     body["parent"]["spec"]["healthCheckPath"] = "/replica"
     assert load_customize_request(body) == ("databases/pg-orders", None)
+
+
+# ------------------------------------------------- the envelope, checked by hand
+
+_ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=3), inner, max_size=2)
+    ),
+    max_leaves=6,
+)
+_OBJECTS = st.dictionaries(
+    st.text(max_size=3) | st.integers(),
+    st.dictionaries(st.text(max_size=3), _ANY_JSON, max_size=2) | _ANY_JSON,
+    max_size=3,
+)
+_GROUPS = st.dictionaries(
+    st.sampled_from(["Service.v1", "Pod.v1", "x"]) | st.integers(), _OBJECTS | _ANY_JSON, max_size=3
+)
+_ENVELOPES = st.fixed_dictionaries(
+    {},
+    optional={
+        "parent": _ANY_JSON,
+        "children": _GROUPS | _ANY_JSON,
+        "related": _GROUPS | _ANY_JSON,
+        "finalizing": _ANY_JSON,
+        "controller": _ANY_JSON,
+    },
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_ENVELOPES)
+def test_the_hand_checked_envelope_is_marshmallows_envelope(body: dict[str, Any]) -> None:
+    """Same result, same error messages as :class:`SyncEnvelopeSchema` (the reference)."""
+    try:
+        expected: object = SyncEnvelopeSchema().load(body)
+    except ValidationError as error:
+        expected = ("invalid", error.messages)
+    try:
+        got: object = check_sync_envelope(body)
+    except ValidationError as error:
+        got = ("invalid", error.messages)
+    assert got == expected
+
+
+def test_the_envelope_is_not_copied() -> None:
+    body = fixture("sync-service-selects-old-leader.json")
+    loaded = load_sync_request(body)
+    assert loaded.pods is body["related"]["Pod.v1"]
+    assert loaded.services is body["children"]["Service.v1"]
