@@ -16,6 +16,12 @@ from typing import Any
 #: Patroni 3 said ``master``; Patroni 4 says ``primary``. Normalise to the new word.
 _ROLE_ALIASES = {"master": "primary"}
 
+#: The first Patroni releases whose answers carry these fields (read in Patroni's
+#: ``patroni/api.py`` at each tag): ``replication_state`` since 3.0.4 (patroni#2733),
+#: ``patroni.name`` since 3.2.0 (patroni#2846). Older answers simply lack them.
+REPLICATION_STATE_SINCE = (3, 0, 4)
+MEMBER_NAME_SINCE = (3, 2, 0)
+
 #: Roles that may hold the leader lock. ``standby_leader`` leads a standby cluster.
 LEADER_ROLES = frozenset({"primary", "standby_leader"})
 
@@ -25,9 +31,11 @@ class ProbeVerdict(enum.Enum):
 
     #: HTTP 200 on the health path, running, and a leader role in the body.
     LEADER = "leader"
-    #: A definite answer that this member is not (or not yet, or no longer) the leader.
+    #: A definite answer that this member is not (or not yet, or no longer) the leader,
+    #: including an answer that is not Patroni's at all (a redirect, an HTML page, an
+    #: oversized body): whatever sent it, it is not a member holding the leader lock.
     NOT_LEADER = "not_leader"
-    #: No usable answer: refused, timed out, reset, too large, not Patroni JSON, ...
+    #: No answer: refused, timed out, reset, TLS failure, address refused by the policy.
     UNREACHABLE = "unreachable"
 
 
@@ -65,18 +73,43 @@ class MemberStatus:
     role: str | None = None
     state: str | None = None
     timeline: int | None = None
-    #: Primary: its current WAL location. Replica: the replayed location (bytes).
+    #: Primary: ``xlog.location``. Replica: ``xlog.replayed_location`` (bytes).
     wal_position: int | None = None
-    #: Replica only: the received location (bytes).
+    #: Replica only: ``xlog.received_location`` (bytes).
     received_position: int | None = None
+    #: Replica only: ``xlog.paused`` (``pg_is_wal_replay_paused()``).
+    replay_paused: bool = False
     replication_state: str | None = None
     patroni_name: str | None = None
     patroni_scope: str | None = None
+    #: ``patroni.version`` as a tuple (``(4, 1, 5)``), ``None`` if absent or unparsable.
+    patroni_version: tuple[int, ...] | None = None
+    #: ``tags.noloadbalance``, read the way Patroni reads it (``bool(value)``): Patroni
+    #: answers 503 on ``/replica`` for such a member, to keep client reads off it.
+    noloadbalance: bool = False
+    #: False for an answer that is not Patroni's JSON (and for no answer at all).
+    patroni_answer: bool = True
 
     @property
     def reachable(self) -> bool:
-        """Whether the member gave a definite answer."""
+        """Whether the member answered at all (Patroni's JSON or not)."""
         return self.verdict is not ProbeVerdict.UNREACHABLE
+
+    @property
+    def answered_as_patroni(self) -> bool:
+        """Whether the member answered with Patroni's JSON document."""
+        return self.reachable and self.patroni_answer
+
+    @property
+    def version_text(self) -> str:
+        """``Patroni 3.0.2`` for messages, or ``Patroni (version unknown)``."""
+        if self.patroni_version is None:
+            return "Patroni (version unknown)"
+        return "Patroni " + ".".join(str(part) for part in self.patroni_version)
+
+    def older_than(self, release: tuple[int, ...]) -> bool:
+        """Whether the member's Patroni reports a version before ``release``."""
+        return self.patroni_version is not None and self.patroni_version < release
 
     @property
     def is_leader(self) -> bool:
@@ -85,8 +118,25 @@ class MemberStatus:
 
     @classmethod
     def unknown(cls, name: str, reason: str) -> MemberStatus:
-        """The member could not be asked, or its answer was unusable."""
-        return cls(name=name, verdict=ProbeVerdict.UNREACHABLE, reason=reason)
+        """The member could not be asked, or did not answer."""
+        return cls(name=name, verdict=ProbeVerdict.UNREACHABLE, reason=reason, patroni_answer=False)
+
+    @classmethod
+    def not_patroni(cls, name: str, reason: str, http_status: int | None = None) -> MemberStatus:
+        """The member answered, but not with Patroni's JSON: answered, not the leader.
+
+        Only a member that holds the leader lock can be routed to, and Patroni shows that
+        with its own JSON; whatever else answers is not it. It must not block routing to
+        the member that does hold the lock either (the DCS lock is the quorum, not the
+        number of well-formed answers).
+        """
+        return cls(
+            name=name,
+            verdict=ProbeVerdict.NOT_LEADER,
+            reason=reason,
+            http_status=http_status,
+            patroni_answer=False,
+        )
 
     @classmethod
     def from_api_response(
@@ -103,15 +153,18 @@ class MemberStatus:
         Patroni answers every health path with the same JSON document as ``GET
         /patroni``; only the status code differs. A body that is not a JSON object with
         at least ``state`` or ``role`` is not Patroni (a proxy's error page, another
-        service on a reused IP), so it counts as unreachable rather than "not leader".
+        service on a reused IP): an answer, but not the leader's (:meth:`not_patroni`).
         """
         if not isinstance(body, Mapping) or not ({"state", "role"} & body.keys()):
-            return cls.unknown(name, f"HTTP {http_status} on {health_path} without Patroni JSON")
+            return cls.not_patroni(
+                name, f"HTTP {http_status} on {health_path} without Patroni JSON", http_status
+            )
         role = _role(body.get("role"))
         state = _str(body.get("state"))
         patroni = body.get("patroni")
         patroni_info: Mapping[str, Any] = patroni if isinstance(patroni, Mapping) else {}
-        wal, received = _positions(body)
+        wal, received, paused = _positions(body)
+        tags = body.get("tags")
         fields: dict[str, Any] = {
             "name": name,
             "http_status": http_status,
@@ -120,9 +173,12 @@ class MemberStatus:
             "timeline": _int(body.get("timeline")),
             "wal_position": wal,
             "received_position": received,
+            "replay_paused": paused,
             "replication_state": _str(body.get("replication_state")),
             "patroni_name": _str(patroni_info.get("name")),
             "patroni_scope": _str(patroni_info.get("scope")),
+            "patroni_version": _version(patroni_info.get("version")),
+            "noloadbalance": isinstance(tags, Mapping) and bool(tags.get("noloadbalance")),
         }
         if http_status == 200:
             if state == "running" and role in leader_roles:
@@ -144,7 +200,7 @@ class MemberStatus:
                 reason=f"HTTP {http_status} on {health_path}: {role}, {state}",
                 **fields,
             )
-        return cls.unknown(name, f"unexpected HTTP {http_status} on {health_path}")
+        return cls.not_patroni(name, f"unexpected HTTP {http_status} on {health_path}", http_status)
 
 
 def _role(value: object) -> str | None:
@@ -163,14 +219,35 @@ def _int(value: object) -> int | None:
     return None
 
 
-def _positions(body: Mapping[str, Any]) -> tuple[int | None, int | None]:
-    """WAL positions from ``xlog`` (Patroni 3/4) or ``wal`` (some releases and fields)."""
-    section = body.get("xlog", body.get("wal"))
+def _version(value: object) -> tuple[int, ...] | None:
+    """``"4.1.5"`` → ``(4, 1, 5)``; a suffix such as ``4.2.0.dev1`` keeps its numeric head."""
+    if not isinstance(value, str):
+        return None
+    parts: list[int] = []
+    for part in value.split(".")[:3]:
+        digits = part[: len(part) - len(part.lstrip("0123456789"))] or None
+        if digits is None:
+            break
+        parts.append(int(digits))
+        if digits != part:
+            break
+    return tuple(parts) if parts else None
+
+
+def _positions(body: Mapping[str, Any]) -> tuple[int | None, int | None, bool]:
+    """WAL positions and replay pause from ``xlog``.
+
+    Patroni 3.0 to 4.1 send the same ``xlog`` object (``get_postgresql_status`` in
+    ``patroni/api.py``): ``location`` on a primary; ``received_location``,
+    ``replayed_location``, ``replayed_timestamp`` and ``paused`` on a replica. There is no
+    other spelling (no ``wal`` key in any of these releases).
+    """
+    section = body.get("xlog")
     if not isinstance(section, Mapping):
-        return None, None
+        return None, None, False
     location = _int(section.get("location"))
     if location is not None:
-        return location, None
+        return location, None, False
     replayed = _int(section.get("replayed_location"))
     received = _int(section.get("received_location"))
-    return replayed, received
+    return replayed, received, section.get("paused") is True

@@ -4,7 +4,8 @@ Each member gets one ``GET`` of its health path. All members of a cluster are as
 concurrently, and the whole round has one deadline: a member that accepts the
 connection and never answers (Patroni does exactly that for ~2 s while it shuts down)
 costs the sync at most the deadline, never more. Nothing here raises: every failure
-becomes :meth:`MemberStatus.unknown` with a short, stable reason (stable, because it can
+becomes :meth:`MemberStatus.unknown` (no answer) or :meth:`MemberStatus.not_patroni`
+(an answer that is not Patroni's JSON) with a short, stable reason (stable, because it can
 end up in a status condition, and a message that changes on every sync would make
 Metacontroller write the status again and again).
 
@@ -239,8 +240,8 @@ class PatroniProber:
             status_code = response.status
             declared = response.headers.get("Content-Length", "")
             if declared.isdigit() and int(declared) > self.max_body_bytes:
-                return MemberStatus.unknown(
-                    target.pod, f"body larger than {self.max_body_bytes} bytes"
+                return MemberStatus.not_patroni(
+                    target.pod, f"body larger than {self.max_body_bytes} bytes", status_code
                 )
             body = bytearray()
             try:
@@ -250,8 +251,8 @@ class PatroniProber:
                 while chunk := response.read1(_CHUNK, decode_content=True):
                     body += chunk
                     if len(body) > self.max_body_bytes:
-                        return MemberStatus.unknown(
-                            target.pod, f"body larger than {self.max_body_bytes} bytes"
+                        return MemberStatus.not_patroni(
+                            target.pod, f"body larger than {self.max_body_bytes} bytes", status_code
                         )
                     if time.monotonic() > ends_at:
                         return MemberStatus.unknown(target.pod, self._late)
@@ -265,8 +266,10 @@ class PatroniProber:
         try:
             document = json.loads(body)
         except ValueError:
-            return MemberStatus.unknown(
-                target.pod, f"HTTP {status_code} on {target.health_path} with a non-JSON body"
+            return MemberStatus.not_patroni(
+                target.pod,
+                f"HTTP {status_code} on {target.health_path} with a non-JSON body",
+                status_code,
             )
         return MemberStatus.from_api_response(
             target.pod,

@@ -20,10 +20,21 @@ client reads what the replica has replayed.
 member whose Pod is not terminating, that answers as itself (``patroni.name`` is the pod's
 name when ``memberNameMustMatchPod``, same ``patroni.scope`` as the leader), reports
 ``role: replica``, ``state: running``, ``replication_state: streaming``, a replayed location,
-and lags the leader by at most ``maxLagBytes``. The leader is never listed, except as the
+no ``noloadbalance`` tag, replay not paused (``xlog.paused``, unless
+``includePausedReplicas``), and lags the leader by at most ``maxLagBytes``. These are
+Patroni's own rules for ``GET /replica`` (``replica_status_code`` in ``patroni/api.py``: 503
+for a member tagged ``noloadbalance``, which is how backup or analytics members are kept
+away from clients), plus two Patroni leaves to ``?lag=``: streaming, and a replay that
+moves (a paused replica never falls ``maxLagBytes`` behind on a quiet primary, so it
+would serve arbitrarily old data for ever). ``nofailover``, ``nosync`` and
+``replicatefrom`` say nothing about serving reads; ``nostream`` members are never
+``streaming``. Patroni 3.0.0 to 3.0.3 report no ``replication_state`` (it came in
+3.0.4): such members are left out, and the reason says so, since streaming cannot be told
+from archive recovery with what they send. The leader is never listed, except as the
 ``UseLeader`` fallback. A member whose Patroni does not answer is in doubt: it stays
 listed if it is listed now (same Pod IP, and its Pod is not reported NotReady by the
-kubelet), and is not added if it is not.
+kubelet), and is not added if it is not. A member that answers something that is not
+Patroni's JSON is not in doubt: it is not a Patroni replica, and is left out.
 
 **When no member qualifies** (``whenNoReplica``):
 
@@ -54,7 +65,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hooks import manifests
-from hooks.members import MemberStatus
+from hooks.members import REPLICATION_STATE_SINCE, MemberStatus
 from hooks.schemas import ClusterSpec, ReplicaServiceSpec
 
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -127,6 +138,7 @@ def classify(
     leader_position: int,
     max_lag: int,
     verify_name: bool,
+    include_paused: bool = False,
 ) -> _Verdict:
     """Whether one member may be listed, and if not, why (a stable phrase)."""
     if name == leader.name:
@@ -139,6 +151,8 @@ def classify(
         if _pod_not_ready(pod):
             return _Verdict(False, "unreachable, Pod not ready")
         return _Verdict(None, "unreachable")
+    if not member.patroni_answer:
+        return _Verdict(False, "not a Patroni answer")
     if verify_name and member.patroni_name is not None and member.patroni_name != name:
         return _Verdict(False, f"answers as Patroni member {member.patroni_name}")
     if (
@@ -151,10 +165,19 @@ def classify(
         return _Verdict(False, f"role {member.role or 'unknown'}")
     if member.state != "running":
         return _Verdict(False, f"state {member.state or 'unknown'}")
+    if member.noloadbalance:
+        return _Verdict(False, "tagged noloadbalance")
+    if member.replication_state is None and member.older_than(REPLICATION_STATE_SINCE):
+        since = ".".join(map(str, REPLICATION_STATE_SINCE))
+        return _Verdict(
+            False, f"{member.version_text} reports no replication_state (since {since})", True
+        )
     if member.replication_state != "streaming":
         return _Verdict(False, f"not streaming ({member.replication_state or 'unknown'})", True)
     if member.wal_position is None:
         return _Verdict(False, "no replayed WAL position", True)
+    if member.replay_paused and not include_paused:
+        return _Verdict(False, "replay paused")
     if leader_position - member.wal_position > max_lag:
         return _Verdict(False, f"replay lags more than {format_bytes(max_lag)}", True)
     return _Verdict(True)
@@ -265,6 +288,7 @@ def plan(
             position,
             rs.max_lag_bytes,
             spec.verify_member_name,
+            rs.include_paused_replicas,
         )
         if verdict.listed is not False and _slice_ports(spec, pods[name]) != reference_ports:
             verdict = _Verdict(False, f"container ports differ from {leader}'s")

@@ -152,6 +152,8 @@ class ReplicaServiceSpec:
     name: str
     max_lag_bytes: int = DEFAULT_MAX_LAG_BYTES
     when_no_replica: str = "KeepEndpoints"
+    #: List replicas whose WAL replay is paused (``xlog.paused``); off: they serve old data.
+    include_paused_replicas: bool = False
     service_type: str = "ClusterIP"
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
@@ -170,6 +172,34 @@ class BackupSpec:
     active_deadline_seconds: int = 6 * 3600
     #: ``{"requests": {...}, "limits": {...}}``, quantities as the user wrote them.
     resources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+#: ``spec.switchover`` bounds: the poll is never faster than the degraded resync's default
+#: (PGFH_RESYNC_DEGRADED_SECONDS, 0.3 s) and never slower than five minutes.
+MIN_POLL_SECONDS = 0.3
+MAX_POLL_SECONDS = 300.0
+DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class RoleLabelSpec:
+    """``spec.switchover.roleLabel``: a role label that something other than Patroni keeps."""
+
+    key: str
+    leader_value: str = "primary"
+    replica_value: str = "replica"
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchoverSpec:
+    """``spec.switchover``: how soon a healthy cluster is looked at again (hooks.switchover)."""
+
+    #: The healthy resync while polled; ``None``: the operator's PGFH_RESYNC_HEALTHY_SECONDS.
+    poll_seconds: float | None = None
+    #: The healthy resync while every member Pod's role label agrees with Patroni.
+    event_driven_resync_seconds: float = DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS
+    #: ``None``: Patroni's own Kubernetes-DCS label ``role`` plus its ``status`` annotation.
+    role_label: RoleLabelSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +225,8 @@ class ClusterSpec:
     replica_service: ReplicaServiceSpec | None = None
     #: ``spec.backup``: the scheduled base backups, if asked for.
     backup: BackupSpec | None = None
+    #: ``spec.switchover``: poll and event-driven resyncs, the role label to trust.
+    switchover: SwitchoverSpec = field(default_factory=SwitchoverSpec)
 
     @property
     def leader_roles(self) -> frozenset[str]:
@@ -420,6 +452,7 @@ class _ReplicaServiceSchema(Schema):
     whenNoReplica = fields.String(
         load_default="KeepEndpoints", validate=validate.OneOf(WHEN_NO_REPLICA)
     )
+    includePausedReplicas = _StrictBoolean(load_default=False)
     type = fields.String(
         load_default="ClusterIP", validate=validate.OneOf(["ClusterIP", "NodePort", "LoadBalancer"])
     )
@@ -437,6 +470,7 @@ class _ReplicaServiceSchema(Schema):
             name=data["name"],
             max_lag_bytes=data["maxLagBytes"],
             when_no_replica=data["whenNoReplica"],
+            include_paused_replicas=data["includePausedReplicas"],
             service_type=data["type"],
             labels=dict(data["labels"]),
             annotations=dict(data["annotations"]),
@@ -519,6 +553,69 @@ class _BackupSchema(Schema):
         )
 
 
+class _StrictNumber(fields.Float):
+    """Only a JSON number, as the CRD's ``type: number``: ``fields.Float`` also takes "1"."""
+
+    def _deserialize(
+        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
+    ) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.make_error("invalid", input=value)
+        return float(super()._deserialize(value, attr, data, **kwargs))
+
+
+def _resync_seconds(default: float | None) -> fields.Float:
+    return _StrictNumber(
+        load_default=default,
+        allow_nan=False,
+        validate=validate.Range(min=MIN_POLL_SECONDS, max=MAX_POLL_SECONDS),
+    )
+
+
+class _RoleLabelSchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    key = fields.String(required=True, validate=validate.Length(min=1, max=317))
+    leaderValue = fields.String(
+        load_default="primary",
+        validate=[validate.Length(min=1, max=63), validate.Regexp(_LABEL_VALUE)],
+    )
+    replicaValue = fields.String(
+        load_default="replica",
+        validate=[validate.Length(min=1, max=63), validate.Regexp(_LABEL_VALUE)],
+    )
+
+    @validates_schema
+    def _label(self, data: Mapping[str, Any], **_: Any) -> None:
+        key = data.get("key")
+        if isinstance(key, str) and not _label_key(key):
+            raise ValidationError(f"{key!r} is not a valid label key", "key")
+        if data.get("leaderValue") == data.get("replicaValue"):
+            raise ValidationError("must differ from leaderValue", "replicaValue")
+
+    @post_load
+    def _make(self, data: Mapping[str, Any], **_: Any) -> RoleLabelSpec:
+        return RoleLabelSpec(data["key"], data["leaderValue"], data["replicaValue"])
+
+
+class _SwitchoverSchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    pollSeconds = _resync_seconds(None)
+    eventDrivenResyncSeconds = _resync_seconds(DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS)
+    roleLabel = fields.Nested(_RoleLabelSchema, load_default=None)
+
+    @post_load
+    def _make(self, data: Mapping[str, Any], **_: Any) -> SwitchoverSpec:
+        return SwitchoverSpec(
+            poll_seconds=data["pollSeconds"],
+            event_driven_resync_seconds=data["eventDrivenResyncSeconds"],
+            role_label=data["roleLabel"],
+        )
+
+
 class ClusterSpecSchema(Schema):
     """``PostgreSQLCluster.spec`` (the CRD in ``metacontroller/crd.yaml`` is the contract)."""
 
@@ -547,6 +644,20 @@ class ClusterSpecSchema(Schema):
     service = fields.Nested(_ServiceTemplateSchema, load_default=lambda: dict(_DEFAULT_SERVICE))
     replicaService = fields.Nested(_ReplicaServiceSchema, load_default=None)
     backup = fields.Nested(_BackupSchema, load_default=None)
+    switchover = fields.Nested(_SwitchoverSchema, load_default=None)
+
+    @validates_schema
+    def _role_label_is_not_selected_on(self, data: Mapping[str, Any], **_: Any) -> None:
+        switchover = data.get("switchover")
+        role_label = switchover.role_label if isinstance(switchover, SwitchoverSpec) else None
+        if role_label is not None and role_label.key in data.get("primarySelector", {}):
+            # Every member carries a different value: the replicas would not be related
+            # Pods, and the role would be decided by a label instead of by Patroni.
+            raise ValidationError(
+                f"{role_label.key!r} is a primarySelector key; the role label must not select "
+                "the member Pods",
+                "switchover",
+            )
 
     @validates_schema
     def _selector_and_name(self, data: Mapping[str, Any], **_: Any) -> None:
@@ -607,7 +718,12 @@ class ClusterSpecSchema(Schema):
             service_annotations=dict(service["annotations"]),
             replica_service=data["replicaService"],
             backup=data["backup"],
+            switchover=data["switchover"] or _DEFAULT_SWITCHOVER,
         )
+
+
+#: Without ``spec.switchover``: poll at the operator's setting, Patroni's own labels.
+_DEFAULT_SWITCHOVER = SwitchoverSpec()
 
 
 def load_spec(spec: object) -> tuple[ClusterSpec | None, tuple[SpecProblem, ...]]:
@@ -878,6 +994,7 @@ _CLUSTER_SPEC.load(
             "secretName": "warm",
             "resources": {"requests": {"cpu": "1"}},
         },
+        "switchover": {"roleLabel": {"key": "warm"}},
     }
 )
 _PARENT.load({"metadata": {"name": "warm", "namespace": "warm"}})

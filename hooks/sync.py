@@ -7,9 +7,12 @@ production (see the design card):
 1. A reply lists every observed child, except while the parent is being finalized:
    Metacontroller deletes whatever a reply leaves out.
 2. The Service moves only to a member that Patroni itself reports as the running
-   leader, when exactly one member claims leadership, enough members answered, and
-   the leader's Pod is selectable and not terminating. Anything else keeps the
-   observed selector, says why in a condition, and asks for a fast resync.
+   leader, when exactly one member claims leadership and the leader's Pod is
+   selectable and not terminating, however many other members answered: Patroni
+   answers 200 on the health path only while its own lease on the leader key in the
+   DCS is valid, so the DCS lock is the quorum (see :func:`choose_leader`). Anything
+   else keeps the observed selector, says why in a condition, and asks for a fast
+   resync. How many members answered is reported (``MembersReachable``), not voted on.
 3. The status holds nothing that changes on every sync (no probe times, no WAL
    positions), and a condition's ``lastTransitionTime`` moves only when its status
    does, so Metacontroller's status write converges instead of hot-looping.
@@ -31,9 +34,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hooks import backup as backups
-from hooks import manifests, replicas
+from hooks import manifests, replicas, switchover
 from hooks.config import ResyncTiming
-from hooks.members import MemberStatus, ProbeTarget
+from hooks.members import MEMBER_NAME_SINCE, MemberStatus, ProbeTarget
 from hooks.policy import ProbePolicy, effective_address
 from hooks.schemas import CRONJOB_KEY, ENDPOINTSLICE_KEY, ClusterSpec, SpecProblem, SyncRequest
 
@@ -47,9 +50,15 @@ MANAGED_BY = manifests.MANAGED_BY
 CONDITION_READY = "Ready"
 CONDITION_ROUTED = "PrimaryRouted"
 CONDITION_SPEC = "SpecValid"
+#: Whether every member answered as Patroni: an operator sees a degraded cluster even
+#: while routing is fine. Never part of the routing decision.
+CONDITION_MEMBERS = "MembersReachable"
+#: Whether ``memberNameMustMatchPod`` can do its job: Patroni before 3.2.0 does not
+#: report ``patroni.name``, so the guard cannot check those members.
+CONDITION_NAME_GUARD = "MemberNameGuard"
 #: Conditions of the optional parts, present only while the part is configured or has
 #: objects; kept as they are by a finalize or an invalid-spec reply.
-OPTIONAL_CONDITIONS = (replicas.CONDITION, backups.CONDITION)
+OPTIONAL_CONDITIONS = (replicas.CONDITION, backups.CONDITION, switchover.CONDITION)
 #: Child groups that hooks.replicas and hooks.backup reply for (every other group is
 #: passed through unchanged).
 _PLANNED_GROUPS = frozenset({ENDPOINTSLICE_KEY, CRONJOB_KEY})
@@ -63,7 +72,6 @@ class Decision(enum.Enum):
     NO_LEADER = "NoLeader"
     LEADER_NOT_READY = "LeaderNotReady"
     MULTIPLE_LEADERS = "MultipleLeaders"
-    TOO_FEW_ANSWERS = "TooFewAnswers"
     LEADER_TERMINATING = "LeaderTerminating"
     LEADER_NOT_SELECTABLE = "LeaderPodNotSelectable"
     MEMBER_NAME_MISMATCH = "MemberNameMismatch"
@@ -237,7 +245,16 @@ def _finalize(request: SyncRequest, previous: str | None, now: datetime) -> Sync
         now,
         [
             (CONDITION_READY, "False", Decision.FINALIZING.value, message),
-            *_kept_conditions(request, (CONDITION_ROUTED, CONDITION_SPEC, *OPTIONAL_CONDITIONS)),
+            *_kept_conditions(
+                request,
+                (
+                    CONDITION_ROUTED,
+                    CONDITION_MEMBERS,
+                    CONDITION_NAME_GUARD,
+                    CONDITION_SPEC,
+                    *OPTIONAL_CONDITIONS,
+                ),
+            ),
         ],
     )
     body: dict[str, Any] = {
@@ -256,7 +273,9 @@ def _invalid_spec(
     problems = "; ".join(f"{p.field}: {p.message}" for p in request.spec_problems)
     keeping = _keeping_phrase(request)
     status = _previous_status(request)
+    # Nothing is probed: no member list, and no conditions about members.
     status.pop("members", None)
+    status.pop("membersAnswered", None)
     status["conditions"] = _conditions(
         request,
         now,
@@ -356,26 +375,38 @@ def _route(
     if timeline is not None:
         status["timeline"] = timeline
     status["members"] = [_member_status(m) for m in members]
+    status["membersAnswered"] = f"{sum(m.answered_as_patroni for m in members)}/{len(members)}"
     if read_only.service is not None:
         status["replicaService"] = read_only.service
     if read_only.endpoints is not None:
         status["replicaEndpoints"] = list(read_only.endpoints)
     if backup.status is not None:
         status["backup"] = backup.status
+    # How the next event-less switchover will be seen: decided afresh from this sync's
+    # Pods and probes; the labels never route (hooks.switchover).
+    detection = switchover.detect(request.pods, members, leader if routed else None, spec)
+    status["switchoverDetection"] = detection.detection.value
     status["conditions"] = _conditions(
         request,
         now,
         [
             (CONDITION_READY, "True" if routed else "False", decision.value, message),
             (CONDITION_ROUTED, "True" if routed else "False", decision.value, message),
+            members_condition(members),
+            name_guard_condition(members, spec),
             (CONDITION_SPEC, "True", "SpecAccepted", "The spec is valid"),
             *(c for c in (read_only.condition, backup.condition) if c is not None),
+            detection.condition(),
         ],
     )
     body = {
         "status": status,
         "children": children,
-        "resyncAfterSeconds": timing.degraded if decision.degraded else timing.healthy,
+        "resyncAfterSeconds": (
+            timing.degraded
+            if decision.degraded
+            else switchover.healthy_resync(spec, timing, detection)
+        ),
     }
     return SyncOutcome(body, decision, message, previous, primary)
 
@@ -385,7 +416,18 @@ def choose_leader(
     members: list[MemberStatus],
     spec: ClusterSpec,
 ) -> tuple[Decision, str | None, str]:
-    """Apply the routing rules; return the decision, the leader (if routed) and why."""
+    """Apply the routing rules; return the decision, the leader (if routed) and why.
+
+    How many members answered does not matter: a member answers 200 on the health path
+    only while Patroni's ``Ha.is_leader()`` holds (``patroni/api.py``, ``do_GET``), and that
+    is true only until the expiry Patroni set from the DCS TTL when it last wrote the
+    leader key (``patroni/ha.py``, ``is_leader`` / ``set_is_leader``). A leader that lost
+    the DCS stops answering 200 before the key can expire and another member can take
+    it. So a single 200 is a lock holder, and a member the hook cannot reach adds no
+    doubt that Patroni has not already resolved. (The exception, Patroni's maintenance
+    ``pause`` with the DCS unreachable, is where Patroni itself trusts the running role.)
+    Two 200s at once (a stale or forged answer) keep the Service where it is.
+    """
     path = spec.health_check_path
     if not members:
         return Decision.NO_MEMBERS, None, f"No Pod matches primarySelector {_labels(spec)}"
@@ -409,14 +451,6 @@ def choose_leader(
             None,
             f"{claimant.name} holds the leader lock but reports role={claimant.role}, "
             f"state={claimant.state}",
-        )
-    quorum = len(members) // 2 + 1
-    if len(answered) < quorum:
-        return (
-            Decision.TOO_FEW_ANSWERS,
-            None,
-            f"{claimant.name} claims leadership but only {len(answered)} of {len(members)} "
-            f"members answered (need {quorum}{_unreachable_phrase(members)})",
         )
     if (
         spec.verify_member_name
@@ -704,6 +738,8 @@ def _previous_timeline(request: SyncRequest) -> int | None:
 
 def _member_status(member: MemberStatus) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": member.name, "reachable": member.reachable}
+    if not member.answered_as_patroni:
+        entry["reason"] = member.reason
     if member.role is not None:
         entry["role"] = member.role
     if member.state is not None:
@@ -722,9 +758,79 @@ def _timeline_phrase(members: list[MemberStatus], leader: str) -> str:
     return f" (timeline {timeline})" if timeline is not None else ""
 
 
+def members_condition(members: list[MemberStatus]) -> tuple[str, str, str, str]:
+    """``MembersReachable``: how many members answered as Patroni, and who did not.
+
+    Stable: names and the probe's stable reasons only (no latencies), so the status
+    converges while the same members stay down.
+    """
+    if not members:
+        return (CONDITION_MEMBERS, "Unknown", Decision.NO_MEMBERS.value, "No member to probe")
+    silent = [f"{m.name} ({m.reason})" for m in members if not m.reachable]
+    foreign = [f"{m.name} ({m.reason})" for m in members if m.reachable and not m.patroni_answer]
+    answered = len(members) - len(silent) - len(foreign)
+    if not silent and not foreign:
+        return (
+            CONDITION_MEMBERS,
+            "True",
+            "AllMembersAnswered",
+            f"All {len(members)} member(s) answered as Patroni",
+        )
+    parts = [f"{answered} of {len(members)} member(s) answered as Patroni"]
+    if silent:
+        parts.append(f"no answer from {', '.join(silent)}")
+    if foreign:
+        parts.append(f"not a Patroni answer from {', '.join(foreign)}")
+    return (CONDITION_MEMBERS, "False", "MembersUnreachable", "; ".join(parts))
+
+
+def name_guard_condition(
+    members: list[MemberStatus], spec: ClusterSpec
+) -> tuple[str, str, str, str]:
+    """``MemberNameGuard``: whether ``memberNameMustMatchPod`` can check the members.
+
+    Patroni before 3.2.0 sends no ``patroni.name`` (it came with patroni#2846), so the
+    guard cannot tell a reused Pod IP from the member itself. That is said here plainly,
+    per member and version, instead of routing as if the guard were on.
+    """
+    if not spec.verify_member_name:
+        return (
+            CONDITION_NAME_GUARD,
+            "False",
+            "Disabled",
+            "spec.patroni.memberNameMustMatchPod is false: Patroni member names are not checked",
+        )
+    patroni = [m for m in members if m.answered_as_patroni]
+    if not patroni:
+        return (CONDITION_NAME_GUARD, "Unknown", "NoAnswers", "No member answered as Patroni")
+    nameless: dict[str, list[str]] = {}
+    for member in patroni:
+        if member.patroni_name is None:
+            nameless.setdefault(member.version_text, []).append(member.name)
+    if not nameless:
+        return (
+            CONDITION_NAME_GUARD,
+            "True",
+            "Active",
+            "Every member that answered reports its Patroni name; a leader whose name is "
+            "not its Pod's is never routed to",
+        )
+    groups = "; ".join(f"{v} on {', '.join(names)}" for v, names in sorted(nameless.items()))
+    return (
+        CONDITION_NAME_GUARD,
+        "False",
+        "Unavailable",
+        f"No patroni.name in the answer ({groups}; Patroni reports it since "
+        f"{'.'.join(map(str, MEMBER_NAME_SINCE))}): memberNameMustMatchPod cannot check "
+        "these members",
+    )
+
+
 def _unreachable_phrase(members: list[MemberStatus]) -> str:
     lost = [f"{m.name}: {m.reason}" for m in members if not m.reachable]
-    return f"; unreachable: {'; '.join(lost)}" if lost else ""
+    foreign = [f"{m.name}: {m.reason}" for m in members if m.reachable and not m.patroni_answer]
+    phrase = f"; unreachable: {'; '.join(lost)}" if lost else ""
+    return phrase + (f"; not Patroni: {'; '.join(foreign)}" if foreign else "")
 
 
 def _labels(spec: ClusterSpec) -> str:

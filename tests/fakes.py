@@ -66,6 +66,7 @@ class Kind(enum.Enum):
     PROMOTING = "promoting"  # 200, role replica: Patroni's first answer after promotion
     STOPPING = "stopping"  # 200, state stopping: a leader that lost the DCS
     MASTER_V3 = "master_v3"  # 200, role master: Patroni 3
+    RECORDED = "recorded"  # ``Behaviour.status`` with ``Behaviour.document`` as it is
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,9 @@ class Behaviour:
     #: declares it in ``Content-Length``.
     body_bytes: int = HUGE_BODY
     content_length: bool = True
+    #: RECORDED: the status code and the JSON text to answer with.
+    status: int = 200
+    document: str = ""
 
 
 LEADER = Behaviour(Kind.LEADER)
@@ -94,6 +98,11 @@ NOT_PATRONI = Behaviour(Kind.NOT_PATRONI)
 PROMOTING = Behaviour(Kind.PROMOTING)
 STOPPING = Behaviour(Kind.STOPPING)
 MASTER_V3 = Behaviour(Kind.MASTER_V3)
+
+
+def recorded(status: int, document: str) -> Behaviour:
+    """Answer ``status`` with the JSON text ``document`` (a recorded Patroni answer)."""
+    return Behaviour(Kind.RECORDED, status=status, document=document)
 
 
 def slow(seconds: float, answer: Behaviour = LEADER) -> Behaviour:
@@ -370,6 +379,9 @@ class FakeMember:
             return 200, "OK", _json({"hello": 1})
         if kind is Kind.REDIRECT:
             return 302, "Found", b""
+        if kind is Kind.RECORDED:
+            reason = "OK" if behaviour.status == 200 else "Service Unavailable"
+            return behaviour.status, reason, behaviour.document.encode()
         raise AssertionError(f"{kind} has no plain payload")
 
     def _document(self, role: str, state: str = "running") -> dict[str, Any]:

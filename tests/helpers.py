@@ -26,6 +26,21 @@ def fixture(name: str) -> dict[str, Any]:
     return copy.deepcopy(json.loads((FIXTURES / name).read_text()))
 
 
+def polled(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as an etcd/Consul-DCS cluster would send it: no Patroni role evidence.
+
+    The recorded fixtures come from a Kubernetes-DCS cluster, whose member Pods carry
+    Patroni's ``role`` label and ``status`` annotation; with both agreeing with Patroni,
+    the hook asks for the long event-driven resync (hooks/switchover.py). A test of a
+    polled cluster's resync or status strips them here (in place; returns ``body``).
+    """
+    for pod in body.get("related", {}).get("Pod.v1", {}).values():
+        metadata = pod.get("metadata", {})
+        metadata.get("labels", {}).pop("role", None)
+        metadata.get("annotations", {}).pop("status", None)
+    return body
+
+
 def patroni_body(
     role: str = "replica", state: str = "running", timeline: int = 1, name: str = "m"
 ) -> dict[str, Any]:

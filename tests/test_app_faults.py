@@ -5,8 +5,9 @@ Design notes: the request body is the recorded ``sync-service-selects-old-leader
 each Pod's ``status.podIP``/``podIPs`` pointed at a fake member (127.0.0.10-12) and the
 spec's ``patroni.port`` set to the fakes' shared port. Each case checks what
 Metacontroller relies on: HTTP 200, only known top-level keys, the observed Service
-always present, routing kept unless another member is the confirmed leader with
-quorum, and a sync that ends within the probe deadline plus a small margin.
+always present, routing kept unless another member is the confirmed leader (however
+many others answered: the DCS lock is the quorum), and a sync that ends within the probe
+deadline plus a small margin.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from hooks.policy import ProbePolicy, parse_networks, parse_ports
 from tests import fakes
 from tests.conftest import NOW
 from tests.fakes import Behaviour, FakeCluster, FakeMember
-from tests.helpers import NO_AUTH, fixture
+from tests.helpers import NO_AUTH, fixture, polled
 
 DEADLINE = 1.0
 #: A sync may take the probe deadline plus this much; Metacontroller's timeout is 5 s.
@@ -91,8 +92,12 @@ def members() -> Iterator[Callable[[Sequence[Behaviour]], FakeCluster]]:
 
 
 def sync_body(cluster: FakeCluster) -> dict[str, Any]:
-    """The recorded request, with the Pods' IPs and the Patroni port pointed at the fakes."""
-    body = fixture(BASE)
+    """The recorded request, with the Pods' IPs and the Patroni port pointed at the fakes.
+
+    Polled (no role label, no status annotation): the fakes play an etcd-DCS cluster, so a
+    confirmed leader gets the operator's healthy resync.
+    """
+    body = polled(fixture(BASE))
     pods = body["related"]["Pod.v1"]
     assert sorted(pods) == list(PODS)
     for name, host in zip(PODS, cluster.hosts, strict=True):
@@ -141,7 +146,7 @@ def leader_is(fault: Behaviour, *, says: str = "") -> Case:
 
 
 def replica_is(fault: Behaviour) -> Case:
-    """A replica misbehaves; the leader is confirmed by 2 of 3 answers (quorum)."""
+    """A replica misbehaves; the leader is routed to all the same."""
     return Case((R, L, fault), "LeaderFound", MOVED)
 
 
@@ -179,8 +184,16 @@ CASES: dict[str, Case] = {
     "replica-hung": replica_is(fakes.HUNG),
     "replica-reset-mid-body": replica_is(fakes.RESET_MID_BODY),
     "replica-huge-body": replica_is(fakes.huge(content_length=False)),
-    "leader-without-quorum": Case(
-        (fakes.REFUSED, L, fakes.HUNG), "TooFewAnswers", KEPT, says=("only 1 of 3",)
+    # Issue 10: the DCS lock is the quorum; the lock holder is routed to whoever else is
+    # silent or answers something that is not Patroni's JSON.
+    "leader-alone-others-refused-and-hung": Case(
+        (fakes.REFUSED, L, fakes.HUNG), "LeaderFound", MOVED, says=("Patroni reports pg-orders-1",)
+    ),
+    "leader-alone-others-garbage-and-huge": Case(
+        (fakes.GARBAGE, L, fakes.huge(content_length=True)), "LeaderFound", MOVED
+    ),
+    "leader-alone-others-redirect-and-not-patroni": Case(
+        (fakes.redirect(ELSEWHERE), L, fakes.NOT_PATRONI), "LeaderFound", MOVED
     ),
     "two-claimants": Case((L, L, R), "MultipleLeaders", KEPT, says=("pg-orders-0, pg-orders-1",)),
     "all-refused": Case((fakes.REFUSED,) * 3, "NoLeader", KEPT, says=("0 of 3 answered",)),

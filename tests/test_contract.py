@@ -63,8 +63,13 @@ def test_first_sync_creates_the_service_on_the_confirmed_leader(
         }
     )
     world = world_of(fixture("sync-first-no-service.json"))
-    _, applied = post_and_apply(client, world)
+    reply, applied = post_and_apply(client, world)
     assert applied.created == (SERVICE,)
+    # Recorded on the Kubernetes DCS: Patroni's role labels and status annotations agree
+    # with the answers, so the cluster is event-driven (a polled test strips them:
+    # tests.helpers.polled, and tests/test_switchover.py for both).
+    assert world.parent["status"]["switchoverDetection"] == "RoleLabel"
+    assert reply["resyncAfterSeconds"] == 30.0
     assert world.selected_pods(SERVICE) == ["pg-orders-0"]
     service = world.services[SERVICE]
     assert service["metadata"]["labels"]["controller-uid"] == world.uid

@@ -84,9 +84,60 @@ def test_sigkill_of_the_leader_moves_the_service_after_the_ttl(rig: Rig) -> None
     assert waiting, "no sync ran while there was no leader"
     for record in waiting:
         assert record.selected == (old,), record
-        assert record.reason in ("NoLeader", "LeaderNotReady", "TooFewAnswers"), record
+        assert record.reason in ("NoLeader", "LeaderNotReady"), record
         assert record.resync_after is not None and record.resync_after <= 0.5, record
     assert moved.finished - election.first_primary < 2.5
+
+
+def test_sigkill_of_the_leader_and_a_replica_moves_the_service_to_the_lone_survivor(
+    rig: Rig,
+) -> None:
+    """Issue 10: two of three nodes gone (etcd, the DCS, stays up, as an external one would).
+
+    Patroni promotes the survivor once the dead leader's key expires (TTL); the hook must
+    follow it although only one member of three answers (the DCS lock is the quorum), as
+    fast as after a single kill, and the status must name the two missing members.
+    """
+    cluster = rig.cluster
+    old = cluster.leader()
+    assert old is not None
+    victim, survivor = sorted(n for n in cluster.names() if n != old)
+    with cluster.watch_leader(exclude={old, victim}) as watch:
+        killed_at = cluster.kill_member(old)
+        cluster.kill_member(victim)
+        rig.pod_changed(old, ready=False)
+        rig.pod_changed(victim, ready=False)
+        election = watch.result(timeout=60)
+    assert election.name == survivor
+    moved = rig.wait_selected(survivor, timeout=10)
+    waiting = [r for r in rig.records if killed_at < r.started and r.finished < election.first_200]
+    assert waiting, "no sync ran while there was no leader"
+    for record in waiting:
+        assert record.selected == (old,), record
+        assert record.reason in ("NoLeader", "LeaderNotReady"), record
+    # A figure for the report (shown with -s): Patroni's promotion, then the routing lag.
+    print(
+        f"\ntwo of three killed: promotion {election.first_primary - killed_at:.2f} s after the "
+        f"kill, Service moved {moved.finished - election.first_primary:.3f} s after it"
+    )
+    assert moved.finished - election.first_primary < 2.5
+    assert moved.reason == "LeaderFound"
+    assert rig.selected() == [survivor]
+
+    status = rig.status()
+    assert status["primary"] == survivor
+    assert status["membersAnswered"] == "1/3"
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("True", "LeaderFound")
+    reachable = conditions["MembersReachable"]
+    assert (reachable["status"], reachable["reason"]) == ("False", "MembersUnreachable")
+    missing = ", ".join(f"{n} (connection refused)" for n in sorted((old, victim)))
+    assert reachable["message"] == (
+        f"1 of 3 member(s) answered as Patroni; no answer from {missing}"
+    ), reachable
+    members = {m["name"]: m for m in status["members"]}
+    assert members[survivor]["role"] == "primary" and "reason" not in members[survivor]
+    assert {members[n].get("reason") for n in (old, victim)} == {"connection refused"}
 
 
 def test_the_old_leader_rejoining_as_a_replica_does_not_move_the_service(rig: Rig) -> None:

@@ -42,6 +42,7 @@ CORE = (
     "hooks.replicas",
     "hooks.backup",
     "hooks.manifests",
+    "hooks.switchover",
 )
 FORBIDDEN = (
     "flask",
@@ -171,6 +172,7 @@ def test_the_core_reaches_only_the_pure_hooks_modules() -> None:
         "hooks.backup",
         "hooks.policy",
         "hooks.manifests",
+        "hooks.switchover",
     }
 
 

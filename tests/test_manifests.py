@@ -554,6 +554,11 @@ def test_the_crd_spec_and_the_hooks_marshmallow_schema_name_the_same_fields() ->
             schemas._ReplicaServiceSchema(),
         ),
         "spec.backup": (spec["backup"]["properties"], schemas._BackupSchema()),
+        "spec.switchover": (spec["switchover"]["properties"], schemas._SwitchoverSchema()),
+        "spec.switchover.roleLabel": (
+            spec["switchover"]["properties"]["roleLabel"]["properties"],
+            schemas._RoleLabelSchema(),
+        ),
         "spec.backup.resources": (
             spec["backup"]["properties"]["resources"]["properties"],
             schemas._ResourcesSchema(),
@@ -577,6 +582,15 @@ def test_crd_fields_are_the_contract() -> None:
         "service",
         "replicaService",
         "backup",
+        "switchover",
+    }
+    switchover = spec["properties"]["switchover"]
+    assert set(switchover["properties"]) == {"pollSeconds", "eventDrivenResyncSeconds", "roleLabel"}
+    assert switchover["properties"]["roleLabel"]["required"] == ["key"]
+    assert set(switchover["properties"]["roleLabel"]["properties"]) == {
+        "key",
+        "leaderValue",
+        "replicaValue",
     }
     assert set(spec["properties"]["patroni"]["properties"]) == {
         "port",
@@ -601,6 +615,7 @@ def test_crd_fields_are_the_contract() -> None:
         "name",
         "maxLagBytes",
         "whenNoReplica",
+        "includePausedReplicas",
         "type",
         "labels",
         "annotations",
@@ -624,11 +639,14 @@ def test_crd_fields_are_the_contract() -> None:
         "service",
         "timeline",
         "members",
+        "membersAnswered",
         "replicaService",
         "replicaEndpoints",
         "backup",
+        "switchoverDetection",
         "conditions",
     }
+    assert status["properties"]["switchoverDetection"]["enum"] == ["Polled", "RoleLabel"]
     backup_status = status["properties"]["backup"]["properties"]
     assert set(backup_status) == {"cronJob", "lastSuccessful", "lastFailed"}
     assert set(backup_status["lastSuccessful"]["properties"]) == {"job", "completionTime"}
@@ -639,6 +657,7 @@ def test_crd_fields_are_the_contract() -> None:
         "state",
         "timeline",
         "reachable",
+        "reason",
     }
     condition = status["properties"]["conditions"]["items"]
     assert set(condition["properties"]) == {
@@ -674,6 +693,7 @@ def test_crd_printer_columns_point_at_schema_fields() -> None:
         "Primary",
         "Ready",
         "Reason",
+        "Members",
         "Replicas",
         "Service",
         "Last Backup",
@@ -683,6 +703,7 @@ def test_crd_printer_columns_point_at_schema_fields() -> None:
         "Primary": ".status.primary",
         "Ready": '.status.conditions[?(@.type=="Ready")].status',
         "Reason": '.status.conditions[?(@.type=="Ready")].reason',
+        "Members": ".status.membersAnswered",
         "Replicas": ".status.replicaEndpoints",
         "Service": ".spec.serviceRef.name",
         "Last Backup": ".status.backup.lastSuccessful.completionTime",
@@ -736,8 +757,10 @@ def test_full_example_sets_every_optional_field() -> None:
     spec_schema = crd_schema()["properties"]["spec"]
     spec = load_one(EXAMPLE_FULL)["spec"]
     assert set(spec) == set(spec_schema["properties"])
-    for group in ("patroni", "service", "replicaService", "backup"):
+    for group in ("patroni", "service", "replicaService", "backup", "switchover"):
         assert set(spec[group]) == set(spec_schema["properties"][group]["properties"]), group
+    role_label = spec_schema["properties"]["switchover"]["properties"]["roleLabel"]
+    assert set(spec["switchover"]["roleLabel"]) == set(role_label["properties"])
     assert set(spec["backup"]["resources"]) == {"requests", "limits"}
     port_fields = spec_schema["properties"]["service"]["properties"]["ports"]["items"]
     assert set().union(*spec["service"]["ports"]) == set(port_fields["properties"])

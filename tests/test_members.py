@@ -12,8 +12,9 @@ Test design notes
   and refuses to route to a claimant that is not yet a leader, so both flags are
   asserted in every row.
 * Bodies come from ``tests.helpers.patroni_body`` (Patroni 4.1's shape) and are then
-  bent into the older or odder shapes: Patroni 3's ``master``/``xlog``, the ``wal``
-  spelling, missing keys, wrong types.
+  bent into the older or odder shapes: Patroni 3's ``master``, missing keys, wrong types,
+  a ``wal`` key (which no Patroni sends, so it is not read). Whole answers of Patroni
+  3.0.3, 3.2.2 and 4.1.4 go through the app in ``test_patroni_versions.py``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ LEADER, NOT_LEADER, UNREACHABLE = (
     ProbeVerdict.NOT_LEADER,
     ProbeVerdict.UNREACHABLE,
 )
+
+
+#: An answer, but not Patroni's: answered, not the leader (issue 10).
+FOREIGN = (NOT_LEADER, False, True, False)
 
 
 def answer(status: int, body: object, path: str = "/primary") -> MemberStatus:
@@ -58,16 +63,16 @@ def flags(member: MemberStatus) -> tuple[ProbeVerdict, bool, bool, bool]:
         (400, (NOT_LEADER, False, True, False)),
         (429, (NOT_LEADER, False, True, False)),
         (599, (NOT_LEADER, False, True, False)),
-        (301, (UNREACHABLE, False, False, False)),
-        (302, (UNREACHABLE, False, False, False)),
-        (304, (UNREACHABLE, False, False, False)),
-        (307, (UNREACHABLE, False, False, False)),
-        (308, (UNREACHABLE, False, False, False)),
-        (100, (UNREACHABLE, False, False, False)),
-        (201, (UNREACHABLE, False, False, False)),
-        (204, (UNREACHABLE, False, False, False)),
-        (600, (UNREACHABLE, False, False, False)),
-        (0, (UNREACHABLE, False, False, False)),
+        (301, FOREIGN),
+        (302, FOREIGN),
+        (304, FOREIGN),
+        (307, FOREIGN),
+        (308, FOREIGN),
+        (100, FOREIGN),
+        (201, FOREIGN),
+        (204, FOREIGN),
+        (600, FOREIGN),
+        (0, FOREIGN),
     ],
 )
 def test_a_primary_body_means_what_the_status_code_says(
@@ -75,9 +80,11 @@ def test_a_primary_body_means_what_the_status_code_says(
 ) -> None:
     member = answer(status, patroni_body("primary", name="pg-orders-1"))
     assert flags(member) == expected
-    if expected[0] is UNREACHABLE:
+    foreign = not (status == 200 or 400 <= status < 600)
+    assert member.patroni_answer is not foreign
+    if foreign:
         assert f"unexpected HTTP {status} on /primary" == member.reason
-        assert member.role is None and member.http_status is None
+        assert member.role is None and member.http_status == status
 
 
 def test_a_leader_answer_keeps_every_useful_field() -> None:
@@ -96,6 +103,7 @@ def test_a_leader_answer_keeps_every_useful_field() -> None:
         replication_state=None,
         patroni_name="pg-orders-1",
         patroni_scope="pg-orders",
+        patroni_version=(4, 1, 5),
     )
 
 
@@ -117,6 +125,7 @@ def test_a_replica_answer_keeps_its_received_and_replayed_positions() -> None:
         replication_state="streaming",
         patroni_name="pg-orders-2",
         patroni_scope="pg-orders",
+        patroni_version=(4, 1, 5),
     )
 
 
@@ -207,15 +216,21 @@ def test_patroni_3_master_and_xlog_are_understood() -> None:
         ({}, None, None),
     ],
 )
-@pytest.mark.parametrize("spelling", ["xlog", "wal"])
-def test_wal_positions_are_read_from_xlog_or_wal(
-    spelling: str, section: dict[str, int], wal: int | None, received: int | None
+def test_wal_positions_are_read_from_xlog(
+    section: dict[str, int], wal: int | None, received: int | None
 ) -> None:
     body = patroni_body("replica")
-    del body["xlog"]
-    body[spelling] = section
+    body["xlog"] = section
     member = answer(503, body)
     assert (member.wal_position, member.received_position) == (wal, received)
+
+
+def test_a_wal_key_is_not_read_patroni_never_sends_one() -> None:
+    """Patroni 3.0 to 4.1 put positions in ``xlog`` only (``get_postgresql_status``)."""
+    body = patroni_body("replica")
+    body["wal"] = body.pop("xlog")
+    member = answer(503, body)
+    assert (member.wal_position, member.received_position) == (None, None)
 
 
 @pytest.mark.parametrize(
@@ -317,13 +332,14 @@ def test_a_patroni_section_that_is_not_an_object_gives_no_names(patroni: object)
     ],
 )
 @pytest.mark.parametrize("status", [200, 503, 404])
-def test_an_object_without_patroni_keys_is_unreachable_even_with_200(
+def test_an_object_without_patroni_keys_is_an_answer_but_not_the_leader_even_with_200(
     body: object, status: int
 ) -> None:
     member = answer(status, body)
-    assert flags(member) == (UNREACHABLE, False, False, False)
+    assert flags(member) == FOREIGN
+    assert member.patroni_answer is False and member.answered_as_patroni is False
     assert member.reason == f"HTTP {status} on /primary without Patroni JSON"
-    assert member.http_status is None
+    assert member.http_status == status
 
 
 @pytest.mark.parametrize(
@@ -332,8 +348,12 @@ def test_an_object_without_patroni_keys_is_unreachable_even_with_200(
     ids=lambda v: type(v).__name__,
 )
 @pytest.mark.parametrize("status", [200, 503])
-def test_a_body_that_is_not_an_object_is_unreachable(body: object, status: int) -> None:
-    assert flags(answer(status, body)) == (UNREACHABLE, False, False, False)
+def test_a_body_that_is_not_an_object_is_an_answer_but_not_the_leader(
+    body: object, status: int
+) -> None:
+    member = answer(status, body)
+    assert flags(member) == FOREIGN
+    assert member.patroni_answer is False
 
 
 # ===================================================================== values
@@ -342,14 +362,17 @@ def test_a_body_that_is_not_an_object_is_unreachable(body: object, status: int) 
 def test_unknown_is_unreachable_with_its_reason_and_nothing_else() -> None:
     member = MemberStatus.unknown("pg-orders-0", "connection refused")
     assert member == MemberStatus(
-        name="pg-orders-0", verdict=UNREACHABLE, reason="connection refused"
+        name="pg-orders-0", verdict=UNREACHABLE, reason="connection refused", patroni_answer=False
     )
     assert flags(member) == (UNREACHABLE, False, False, False)
+    assert member.answered_as_patroni is False
+    flags_ = ("claims_leadership", "replay_paused", "noloadbalance", "patroni_answer")
     assert all(
         getattr(member, f.name) is None
         for f in dataclasses.fields(member)
-        if f.name not in ("name", "verdict", "reason", "claims_leadership")
+        if f.name not in ("name", "verdict", "reason", *flags_)
     )
+    assert not any(getattr(member, f) for f in flags_)
 
 
 def test_member_status_and_probe_target_are_immutable_values() -> None:
@@ -366,3 +389,63 @@ def test_member_status_and_probe_target_are_immutable_values() -> None:
 
 def test_the_verdict_values_are_stable_metric_labels() -> None:
     assert [v.value for v in ProbeVerdict] == ["leader", "not_leader", "unreachable"]
+
+
+# ================================================== issue 10: what older releases lack
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("4.1.5", (4, 1, 5)),
+        ("3.0.3", (3, 0, 3)),
+        ("4.2.0.dev1", (4, 2, 0)),
+        ("4.2.0rc1", (4, 2, 0)),
+        ("4", (4,)),
+        ("", None),
+        ("x.y", None),
+        (None, None),
+        (4.1, None),
+    ],
+    ids=repr,
+)
+def test_the_patroni_version_is_read_as_numbers(
+    version: object, expected: tuple[int, ...] | None
+) -> None:
+    body = patroni_body("replica")
+    body["patroni"]["version"] = version
+    member = answer(503, body)
+    assert member.patroni_version == expected
+    assert member.older_than((3, 0, 4)) is (expected is not None and expected < (3, 0, 4))
+
+
+@pytest.mark.parametrize(
+    ("tags", "noloadbalance"),
+    [
+        (None, False),
+        ({}, False),
+        ({"noloadbalance": True}, True),
+        ({"noloadbalance": False}, False),
+        # Patroni reads the configured value with bool() (Tags.noloadbalance): so do we.
+        ({"noloadbalance": "true"}, True),
+        ({"noloadbalance": 1}, True),
+        ({"noloadbalance": ""}, False),
+        ({"nofailover": True, "clonefrom": True}, False),
+        (["noloadbalance"], False),
+    ],
+    ids=repr,
+)
+def test_noloadbalance_is_read_from_tags_as_patroni_reads_it(
+    tags: object, noloadbalance: bool
+) -> None:
+    body = patroni_body("replica")
+    if tags is not None:
+        body["tags"] = tags
+    assert answer(503, body).noloadbalance is noloadbalance
+
+
+@pytest.mark.parametrize(("paused", "expected"), [(True, True), (False, False), ("t", False)])
+def test_paused_replay_is_read_from_xlog(paused: object, expected: bool) -> None:
+    body = patroni_body("replica")
+    body["xlog"]["paused"] = paused
+    assert answer(503, body).replay_paused is expected

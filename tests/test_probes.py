@@ -87,22 +87,23 @@ VERDICTS = [
     (fakes.slow(2.0), ProbeVerdict.UNREACHABLE, False, LATE),
     (fakes.DRIP, ProbeVerdict.UNREACHABLE, False, LATE),
     (fakes.RESET_MID_BODY, ProbeVerdict.UNREACHABLE, False, "connection reset"),
-    (fakes.GARBAGE, ProbeVerdict.UNREACHABLE, False, "HTTP 200 on /primary with a non-JSON body"),
+    # Answers that are not Patroni's: answered, not the leader (they block nothing).
+    (fakes.GARBAGE, ProbeVerdict.NOT_LEADER, False, "HTTP 200 on /primary with a non-JSON body"),
     (
         fakes.NOT_PATRONI,
-        ProbeVerdict.UNREACHABLE,
+        ProbeVerdict.NOT_LEADER,
         False,
         "HTTP 200 on /primary without Patroni JSON",
     ),
     (
         fakes.huge(content_length=True),
-        ProbeVerdict.UNREACHABLE,
+        ProbeVerdict.NOT_LEADER,
         False,
         f"body larger than {CAP} bytes",
     ),
     (
         fakes.huge(content_length=False),
-        ProbeVerdict.UNREACHABLE,
+        ProbeVerdict.NOT_LEADER,
         False,
         f"body larger than {CAP} bytes",
     ),
@@ -276,7 +277,7 @@ def test_a_redirect_is_never_followed(real_prober: PatroniProber, member: MakeMe
 
     status = real_prober.probe([target(redirecting)])["pg-0"]
 
-    assert status.verdict is ProbeVerdict.UNREACHABLE
+    assert status.verdict is ProbeVerdict.NOT_LEADER and not status.patroni_answer
     assert not status.claims_leadership
     assert status.reason == "HTTP 302 on /primary with a non-JSON body"
     assert redirecting.requests == ["GET /primary HTTP/1.1"]
@@ -296,7 +297,8 @@ def test_a_redirect_with_a_huge_body_is_neither_followed_nor_read_past_the_cap(
 
     status, elapsed = timed_probe(real_prober, target(redirecting))
 
-    assert status["pg-0"].verdict is ProbeVerdict.UNREACHABLE
+    assert status["pg-0"].verdict is ProbeVerdict.NOT_LEADER
+    assert not status["pg-0"].patroni_answer
     assert status["pg-0"].reason == f"body larger than {CAP} bytes"
     assert elapsed < DEADLINE
     assert redirecting.wait_done(5.0)

@@ -218,10 +218,10 @@ def test_finalize_deletes_every_child_then_reports_finalized(
     [
         {},
         {P0: answer(P0, "primary"), P1: answer(P1, "primary")},
-        {P2: answer(P2, "primary")},
+        {P2: answer(P2, "replica", http_status=200)},
         {P0: answer(P0, "primary", location=None), P1: answer(P1)},
     ],
-    ids=["nobody answers", "two leaders", "leader without quorum", "no leader position"],
+    ids=["nobody answers", "two leaders", "lone claimant still promoting", "no leader position"],
 )
 def test_no_reply_outside_finalize_drops_a_read_only_object(
     client: FlaskClient, prober: FakeProber, answers: dict[str, Any]

@@ -250,6 +250,7 @@ def test_the_crd_defaults_the_new_groups_like_the_hook() -> None:
         "name": "pg-orders-replicas",
         "maxLagBytes": 16 * MIB,
         "whenNoReplica": "KeepEndpoints",
+        "includePausedReplicas": False,
         "type": "ClusterIP",
     }
     assert {k: v for k, v in defaulted["backup"].items() if k not in spec["backup"]} == {

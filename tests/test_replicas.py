@@ -32,12 +32,14 @@ from hooks.members import MemberStatus
 from hooks.schemas import ENDPOINTSLICE_KEY, load_spec
 from hooks.sync import LAST_APPLIED_ANNOTATION, Decision, desired_service, preserved
 from tests.helpers import (
+    CLUSTER,
     NAMESPACE,
     SERVICE_NAME,
     down,
     make_pod,
     make_service,
     member_ip,
+    patroni_body,
     seed_spec,
 )
 from tests.readonly_helpers import (
@@ -66,6 +68,35 @@ from tests.readonly_helpers import (
 from tests.test_sync import DOUBTS, Doubt
 
 PRIMARY = make_service(pod=P0)
+
+
+def _body(name: str, **changes: Any) -> dict[str, Any]:
+    """A streaming, caught-up replica's answer (as readonly_helpers.answer), changed."""
+    body = patroni_body("replica", name=name)
+    body["patroni"]["scope"] = CLUSTER
+    body["xlog"] = {"received_location": LEADER_AT, "replayed_location": LEADER_AT, "paused": False}
+    body.update(changes)
+    return body
+
+
+def _tagged(name: str, **tags: object) -> MemberStatus:
+    return MemberStatus.from_api_response(name, 503, _body(name, tags=tags))
+
+
+def _paused(name: str) -> MemberStatus:
+    body = _body(name)
+    body["xlog"]["paused"] = True
+    return MemberStatus.from_api_response(name, 503, body)
+
+
+def _version(name: str, version: str, *, streaming: bool = True) -> MemberStatus:
+    """An older Patroni's answer: no ``patroni.name`` (3.2.0), and without ``streaming`` no
+    ``replication_state`` at all (what 3.0.0 to 3.0.3 send)."""
+    body = _body(name)
+    body["patroni"] = {"version": version, "scope": CLUSTER}
+    if not streaming:
+        del body["replication_state"]
+    return MemberStatus.from_api_response(name, 503, body)
 
 
 def endpoints_of(outcome: Any, name: str = SLICE) -> list[str]:
@@ -260,9 +291,32 @@ def test_a_replica_whose_named_port_differs_from_the_leaders_is_left_out() -> No
             answer(P2, "standby_leader"), False, "role standby_leader", id="not a replica"
         ),
         pytest.param(down(P2), False, "unreachable", id="unreachable, not listed before"),
+        # Issue 10: Patroni's own rules for read traffic.
+        pytest.param(_tagged(P2, noloadbalance=True), False, "tagged noloadbalance", id="noload"),
+        pytest.param(
+            _tagged(P2, noloadbalance="yes"), False, "tagged noloadbalance", id="noload-str"
+        ),
+        pytest.param(_tagged(P2, noloadbalance=False), True, "", id="noloadbalance false"),
+        pytest.param(_tagged(P2, nofailover=True), True, "", id="nofailover serves reads"),
+        pytest.param(_tagged(P2, nosync=True), True, "", id="nosync serves reads"),
+        pytest.param(_paused(P2), False, "replay paused", id="replay paused"),
+        pytest.param(
+            _version(P2, "3.0.3", streaming=False),
+            False,
+            "Patroni 3.0.3 reports no replication_state (since 3.0.4)",
+            id="patroni 3.0.3",
+        ),
+        pytest.param(_version(P2, "3.0.4"), True, "", id="patroni 3.0.4 streaming"),
+        pytest.param(
+            MemberStatus.not_patroni(P2, "HTTP 302 on /primary with a non-JSON body", 302),
+            False,
+            "not a Patroni answer",
+            id="not Patroni",
+        ),
     ],
 )
 def test_which_member_states_are_listed(p2: MemberStatus, listed: bool, why: str) -> None:
+    """One row per rule; the other replica (pg-orders-1) always qualifies."""
     _, outcome = run(request_body(), routed(pg_orders_2=p2))
 
     assert endpoints_of(outcome) == ([P1, P2] if listed else [P1])
@@ -367,6 +421,23 @@ def test_keep_endpoints_keeps_the_members_listed_before_when_none_qualifies() ->
         "(whenNoReplica: KeepEndpoints)"
     )
     assert outcome.body["status"]["replicaEndpoints"] == [P1, P2]
+
+
+def test_a_paused_replica_is_listed_when_the_spec_includes_paused_replicas() -> None:
+    body = request_body(spec=rs_spec(includePausedReplicas=True))
+    _, outcome = run(body, routed(pg_orders_2=_paused(P2)))
+    assert endpoints_of(outcome) == [P1, P2]
+    assert "left out" not in condition(outcome, "ReplicasRouted")["message"]
+
+
+def test_keep_endpoints_drops_paused_and_noloadbalance_members_listed_before() -> None:
+    """Neither is a "stale but serving" replica: Patroni keeps them away from clients."""
+    body = request_body(slices=[listed_slice([P1, P2])])
+    answers = routed(pg_orders_1=_paused(P1), pg_orders_2=_tagged(P2, noloadbalance=True))
+    _, outcome = run(body, answers)
+    assert endpoints_of(outcome) == []
+    message = condition(outcome, "ReplicasRouted")["message"]
+    assert "pg-orders-1 (replay paused), pg-orders-2 (tagged noloadbalance)" in message
 
 
 def test_keep_endpoints_is_the_default() -> None:
@@ -543,7 +614,10 @@ def test_without_replica_service_and_objects_there_is_no_condition() -> None:
     assert [c["type"] for c in outcome.body["status"]["conditions"]] == [
         "Ready",
         "PrimaryRouted",
+        "MembersReachable",
+        "MemberNameGuard",
         "SpecValid",
+        "SwitchoverDetection",  # always there in a routed reply (hooks/switchover.py)
     ]
     assert "replicaService" not in outcome.body["status"]
 

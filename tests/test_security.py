@@ -455,7 +455,9 @@ def test_a_refused_address_is_never_connected_to(
     routed = conditions(reply)["PrimaryRouted"]
     assert routed["reason"] == "NoLeader"
     assert says in routed["message"]
-    assert reply["status"]["members"] == [{"name": f"{CLUSTER}-0", "reachable": False}]
+    (member,) = reply["status"]["members"]
+    assert (member["name"], member["reachable"]) == (f"{CLUSTER}-0", False)
+    assert set(member) == {"name", "reachable", "reason"} and says in member["reason"]
     assert listener.connections == 0
 
 
