@@ -265,3 +265,171 @@ def fake_members(
             process.kill()
             process.join(5)
             parent.close()
+
+
+# ---------------------------------------------------------------- a fleet of clusters
+
+#: Second octet of member ``m``'s address in a fleet: cluster ``c``, member ``m`` is
+#: 127.(FLEET_OCTET + m).(c // 250).(c % 250 + 1): distinct from the fixed members above.
+FLEET_OCTET = 20
+
+
+def fleet_host(cluster: int, member: int) -> str:
+    """Loopback address of one member of one cluster of a fleet."""
+    return f"127.{FLEET_OCTET + member}.{cluster // 250}.{cluster % 250 + 1}"
+
+
+class _FleetMember(asyncio.Protocol):
+    """One connection to member ``member`` of cluster ``cluster``: answers by the role it
+    holds when the request arrives (the leader 200, everyone else 503), then closes."""
+
+    def __init__(self, fleet: _Fleet, cluster: int, member: int) -> None:
+        self.fleet = fleet
+        self.cluster = cluster
+        self.member = member
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.fleet.connections += 1
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport is None:
+            return
+        self.buffer += data
+        if b"\r\n\r\n" in self.buffer or len(self.buffer) > 16384:
+            leader = self.fleet.leaders[self.cluster] == self.member
+            self.transport.write(self.fleet.answers[leader][self.member])
+            self.transport.close()
+            self.transport = None
+
+
+@dataclass
+class _Fleet:
+    leaders: list[int]
+    answers: dict[bool, list[bytes]]
+    connections: int = 0
+
+
+def _serve_fleet(
+    clusters: int,
+    members: int,
+    lifetime: float,
+    pipe: multiprocessing.connection.Connection,
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    names = [f"pg-orders-{i}" for i in range(members)]
+    fleet = _Fleet(
+        leaders=[0] * clusters,
+        answers={
+            True: [response(200, document(n, "primary", names)) for n in names],
+            False: [response(503, document(n, "replica", names)) for n in names],
+        },
+    )
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+        ports = []
+        servers = []
+        for c in range(clusters):
+            port, socks = _bind_shared_port([fleet_host(c, m) for m in range(members)])
+            ports.append(port)
+            for m, sock in enumerate(socks):
+                sock.listen(1024)
+                servers.append(
+                    await loop.create_server(
+                        lambda c=c, m=m: _FleetMember(fleet, c, m),  # type: ignore[misc]
+                        sock=sock,
+                    )
+                )
+
+        def command() -> None:
+            try:
+                message = pipe.recv()
+            except (EOFError, OSError):
+                done.set()
+                return
+            if message == "stop":
+                done.set()
+            else:  # ("leader", cluster, member or -1)
+                _, cluster, member = message
+                fleet.leaders[cluster] = member
+
+        loop.add_reader(pipe.fileno(), command)
+        pipe.send(("ready", ports, os.getpid()))
+        with suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), lifetime)
+        for server in servers:
+            server.close()
+
+    asyncio.run(main())
+    with suppress(OSError):
+        pipe.send(("stopped", fleet.connections, os.times()))
+
+
+@dataclass
+class FleetMembers:
+    """A running fleet of fake clusters: cluster ``c``'s members are on
+    ``fleet_host(c, m)`` at ``ports[c]``; member 0 of every cluster starts as leader."""
+
+    ports: list[int]
+    pid: int
+    process: multiprocessing.process.BaseProcess
+    _pipe: multiprocessing.connection.Connection
+    connections: int = 0
+    cpu_seconds: float = 0.0
+
+    def set_leader(self, cluster: int, member: int | None) -> None:
+        """Make ``member`` the leader of ``cluster`` (None: nobody answers 200)."""
+        self._pipe.send(("leader", cluster, -1 if member is None else member))
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process.is_alive():
+            with suppress(OSError):
+                self._pipe.send("stop")
+            if self._pipe.poll(timeout):
+                with suppress(EOFError, OSError):
+                    tag, connections, times = self._pipe.recv()
+                    if tag == "stopped":
+                        self.connections = connections
+                        self.cpu_seconds = times.user + times.system
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+        self._pipe.close()
+
+
+@contextmanager
+def fleet_members(
+    clusters: int, members: int = 3, lifetime: float = 900.0
+) -> Iterator[FleetMembers]:
+    """Serve ``clusters`` fake Patroni clusters of ``members`` members from one process."""
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    process = context.Process(
+        target=_serve_fleet,
+        args=(clusters, members, lifetime, child),
+        name="fake-patroni-fleet",
+        daemon=True,
+    )
+    process.start()
+    child.close()
+    fleet: FleetMembers | None = None
+    try:
+        if not parent.poll(60):
+            raise RuntimeError("fake Patroni fleet did not start within 60 s")
+        tag, ports, pid = parent.recv()
+        assert tag == "ready", tag
+        fleet = FleetMembers(ports, pid, process, parent)
+        yield fleet
+    finally:
+        if fleet is not None:
+            fleet.stop()
+        else:
+            process.kill()
+            process.join(5)
+            parent.close()

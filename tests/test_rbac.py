@@ -68,7 +68,8 @@ def kustomizations() -> list[str]:
     found = sorted(
         str(path.parent.relative_to(REPO))
         for path in (REPO / "deploy").rglob("kustomization.yaml")
-        if path.parent.name != "base"
+        # base and deploy/sharding's shard-<k> parts are pieces of other kustomizations.
+        if path.parent.name != "base" and not path.parent.name.startswith("shard-")
     )
     assert "deploy" in found and len(found) >= 3, found
     return found
@@ -148,11 +149,13 @@ def metacontroller_own_needs() -> list[Need]:
 
 
 def compositecontrollers() -> dict[str, dict[str, Any]]:
-    """The CompositeController each kustomization renders, by kustomization."""
+    """The CompositeControllers each kustomization renders (deploy/sharding: one per shard)."""
     found = {}
     for target in kustomizations():
-        (cc,) = [o for o in rendered(target) if o["kind"] == "CompositeController"]
-        found[target] = cc
+        ccs = [o for o in rendered(target) if o["kind"] == "CompositeController"]
+        assert ccs, f"{target} renders no CompositeController"
+        for cc in ccs:
+            found[f"{target}: {cc['metadata']['name']}"] = cc
     return found
 
 
