@@ -50,10 +50,18 @@ test: $(STAMP) lint promtool
 	$(BIN)/python -m pytest
 
 # The alert tests need promtool and prometheus (Debian's prometheus package; .ci/run installs it).
+# promtool (alert unit tests) and prometheus (the real-Prometheus failover test) come from
+# Debian's `prometheus` package: installed here when missing and we are root with apt-get.
 promtool:
 	@{ command -v promtool && command -v prometheus; } >/dev/null 2>&1 || { \
-	  echo "promtool/prometheus missing: apt-get install -y prometheus (Debian), as .ci/run does"; \
-	  exit 1; }
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's prometheus package (promtool, prometheus)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; \
+	  else \
+	    echo "promtool/prometheus missing: apt-get install -y prometheus (Debian), as .ci/run does"; \
+	    exit 1; \
+	  fi; }
 
 # Re-resolve the lock from pyproject.toml (newest versions within its ranges), then
 # reinstall .venv from it. Run the tests before committing the new lock.
