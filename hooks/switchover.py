@@ -26,12 +26,20 @@ the role that member reported over REST. Anything else is polled, with the reaso
 the status. The label never decides routing (:mod:`hooks.sync` routes on the REST
 answers only); it only decides how long the healthy resync may be.
 
-Pure: no I/O; plain mappings in, a small value out.
+Phase spread: each healthy resync lands the cluster's next sync on a slot of its own (a
+hash of the parent's UID modulo the resync period). After a Metacontroller restart every
+parent is synced at once and, because each schedules its next sync relative to its last,
+the fleet would stay in that one clump and the queue would run at its rate limit every
+period (docs/scale.md, "Phase-locking"). The slot is computed from the UID and the clock
+only, so the hook stays stateless, and nothing of it enters the status.
+
+Pure: no I/O; plain mappings in, a small value out (the clock is passed in).
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -186,17 +194,43 @@ def detect(
     )
 
 
-def healthy_resync(spec: ClusterSpec, timing: ResyncTiming, verdict: DetectionVerdict) -> float:
-    """``resyncAfterSeconds`` for a routed reply.
+def healthy_resync(
+    spec: ClusterSpec,
+    timing: ResyncTiming,
+    verdict: DetectionVerdict,
+    *,
+    key: str,
+    now: float,
+) -> float:
+    """``resyncAfterSeconds`` for a routed reply: the period, phase-spread by ``key``.
 
-    Never below the degraded resync (the operator may have raised it above the CRD's
-    minimum), and the event-driven resync is never shorter than the poll setting.
+    The period is never below the degraded resync (the operator may have raised it above
+    the CRD's minimum), and the event-driven period is never shorter than the poll
+    setting. ``key`` is the parent's ``metadata.uid`` (else ``namespace/name``), ``now``
+    the clock in seconds: see :func:`spread_resync`.
     """
     poll = spec.switchover.poll_seconds
-    polled = max(timing.healthy if poll is None else poll, timing.degraded)
+    period = max(timing.healthy if poll is None else poll, timing.degraded)
     if verdict.event_driven:
-        return max(spec.switchover.event_driven_resync_seconds, polled)
-    return polled
+        period = max(spec.switchover.event_driven_resync_seconds, period)
+    return max(spread_resync(period, key, now), timing.degraded)
+
+
+def spread_resync(period: float, key: str, now: float) -> float:
+    """Seconds until ``key``'s next slot of ``period``, at least half a period away.
+
+    The slot is a stable hash of ``key`` (BLAKE2b, not Python's salted ``hash``: every
+    hook pod and every restart must agree) as a fraction of the period. The first sync
+    after a restart moves the cluster onto its slot (between half a period and one and a
+    half periods); from then on each resync is about one period, so a fleet synced all at
+    once spreads evenly over one period and stays spread. The half-period floor keeps a
+    cluster that happens to be just before its slot from being synced twice in a row.
+    ``bench/fleet.py`` models the fleet with this very function.
+    """
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    slot = int.from_bytes(digest, "big") / 2**64 * period
+    delay = period - (now - slot) % period
+    return delay + period if delay < period / 2 else delay
 
 
 def _polled(reason: str, why: str) -> DetectionVerdict:

@@ -405,10 +405,17 @@ def _route(
         "resyncAfterSeconds": (
             timing.degraded
             if decision.degraded
-            else switchover.healthy_resync(spec, timing, detection)
+            else switchover.healthy_resync(
+                spec, timing, detection, key=request.uid or request.cluster, now=_seconds(now)
+            )
         ),
     }
     return SyncOutcome(body, decision, message, previous, primary)
+
+
+def _seconds(now: datetime) -> float:
+    """The clock as POSIX seconds (a naive ``now`` is UTC, as in the conditions)."""
+    return (now if now.tzinfo is not None else now.replace(tzinfo=UTC)).timestamp()
 
 
 def choose_leader(

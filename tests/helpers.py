@@ -5,11 +5,13 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from hooks.config import AuthSettings
 from hooks.members import MemberStatus, ProbeTarget
+from hooks.switchover import spread_resync
 
 #: For tests of what the hook answers, not of who may ask: the app's default requires a
 #: bearer token (tests/test_security.py covers that).
@@ -110,6 +112,25 @@ NAMESPACE = "databases"
 CLUSTER = "pg-orders"
 SERVICE_NAME = "pg-orders-primary"
 PARENT_UID = "6f1d8c3e-2b7a-4e59-9c0d-3a5b7e91f2c4"
+
+
+def spread(period: float, now: datetime, body: Mapping[str, Any] | None = None) -> float:
+    """The phase-spread healthy resync the hook answers at ``now`` for ``body``'s parent.
+
+    ``body``: a sync request or a parent (default: :func:`sync_body`'s parent); the key is
+    its ``metadata.uid``, else ``namespace/name``, as in :mod:`hooks.sync`.
+    """
+    parent = (body or {}).get("parent", body) or {}
+    meta = parent.get("metadata", {"uid": PARENT_UID})
+    key = meta.get("uid") or f"{meta['namespace']}/{meta['name']}"
+    return spread_resync(period, key, now.timestamp())
+
+
+def without_resync(reply: Mapping[str, Any]) -> dict[str, Any]:
+    """A reply without ``resyncAfterSeconds``: the one part of it that moves with the clock."""
+    return {k: v for k, v in reply.items() if k != "resyncAfterSeconds"}
+
+
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 SELECTOR = {"application": "patroni", "cluster-name": CLUSTER}
 

@@ -17,7 +17,8 @@ import pytest
 from flask.testing import FlaskClient
 
 from standin.apply import World, apply_reply, check_reply
-from tests.helpers import SYNC_FIXTURES, FakeProber, down, fixture, leader, replica
+from tests.conftest import NOW
+from tests.helpers import SYNC_FIXTURES, FakeProber, down, fixture, leader, replica, spread
 
 SERVICE = "pg-orders-primary"
 POD_NAME = "statefulset.kubernetes.io/pod-name"
@@ -69,7 +70,7 @@ def test_first_sync_creates_the_service_on_the_confirmed_leader(
     # with the answers, so the cluster is event-driven (a polled test strips them:
     # tests.helpers.polled, and tests/test_switchover.py for both).
     assert world.parent["status"]["switchoverDetection"] == "RoleLabel"
-    assert reply["resyncAfterSeconds"] == 30.0
+    assert reply["resyncAfterSeconds"] == spread(30.0, NOW, world.parent)
     assert world.selected_pods(SERVICE) == ["pg-orders-0"]
     service = world.services[SERVICE]
     assert service["metadata"]["labels"]["controller-uid"] == world.uid

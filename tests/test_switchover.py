@@ -46,7 +46,9 @@ from tests.helpers import (
     polled,
     replica,
     seed_spec,
+    spread,
     sync_body,
+    without_resync,
 )
 
 NOW = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
@@ -154,13 +156,13 @@ def test_patroni_labels_and_annotations_that_agree_make_the_cluster_event_driven
     mode, cond, reason, message = detection(outcome)
     assert (mode, cond, reason) == ("RoleLabel", "True", "RoleLabelsAgree")
     assert "a switchover changes a Pod" in message
-    assert outcome.body["resyncAfterSeconds"] == 30.0
+    assert outcome.body["resyncAfterSeconds"] == spread(30.0, NOW)
 
 
 def test_the_event_driven_resync_is_the_spec_s() -> None:
     outcome = run(k8s_dcs_pods(P1), healthy(P1), switchover={"eventDrivenResyncSeconds": 45})
     assert detection(outcome)[0] == "RoleLabel"
-    assert outcome.body["resyncAfterSeconds"] == 45.0
+    assert outcome.body["resyncAfterSeconds"] == spread(45.0, NOW)
 
 
 def test_patroni_3_labels_master_and_its_annotation_says_master() -> None:
@@ -220,7 +222,7 @@ def test_without_any_role_evidence_the_cluster_is_polled_at_the_operators_settin
     mode, cond, reason, message = detection(outcome)
     assert (mode, cond, reason) == ("Polled", "False", "RoleLabelMissing")
     assert message.startswith("Polled: no role label on ")
-    assert outcome.body["resyncAfterSeconds"] == TIMING.healthy
+    assert outcome.body["resyncAfterSeconds"] == spread(TIMING.healthy, NOW)
 
 
 def test_one_missing_label_makes_the_cluster_polled_and_names_the_pod() -> None:
@@ -230,7 +232,7 @@ def test_one_missing_label_makes_the_cluster_polled_and_names_the_pod() -> None:
     mode, _, reason, message = detection(outcome)
     assert (mode, reason) == ("Polled", "RoleLabelMissing")
     assert P2 in message and P1 not in message
-    assert outcome.body["resyncAfterSeconds"] == 2.5
+    assert outcome.body["resyncAfterSeconds"] == spread(2.5, NOW)
 
 
 def test_a_label_disagreeing_with_patroni_never_moves_the_service() -> None:
@@ -246,7 +248,7 @@ def test_a_label_disagreeing_with_patroni_never_moves_the_service() -> None:
     assert f"{P0} has role=replica, Patroni implies role=master or role=primary" in message
     assert f"{P1} has role=primary, Patroni implies role=replica" in message
     assert "the label is ignored" in message
-    assert outcome.body["resyncAfterSeconds"] == TIMING.healthy
+    assert outcome.body["resyncAfterSeconds"] == spread(TIMING.healthy, NOW)
 
 
 def test_a_label_naming_a_leader_patroni_does_not_confirm_keeps_the_service() -> None:
@@ -343,7 +345,7 @@ def test_spilo_labels_are_trusted_only_when_opted_in() -> None:
     opted = run(spilo_pods(P0), healthy(P0), switchover=SPILO)
     assert detection(opted)[:3] == ("RoleLabel", "True", "RoleLabelsAgree")
     assert "label spilo-role agree" in detection(opted)[3]
-    assert opted.body["resyncAfterSeconds"] == 30.0
+    assert opted.body["resyncAfterSeconds"] == spread(30.0, NOW)
 
 
 def test_spilo_labels_disagreeing_with_patroni_are_polled_and_never_route() -> None:
@@ -388,7 +390,8 @@ def test_the_healthy_resync(
     pods = k8s_dcs_pods(P0) if labels else [member_pod(n, None) for n in NAMES]
     outcome = run(pods, healthy(P0), switchover=switchover, timing=timing)
     assert detection(outcome)[0] == ("RoleLabel" if labels else "Polled")
-    assert outcome.body["resyncAfterSeconds"] == expected
+    # The period, phase-spread (tests/test_sync.py has the spread's own tests).
+    assert outcome.body["resyncAfterSeconds"] == max(spread(expected, NOW), timing.degraded)
 
 
 # =================================================================== the status
@@ -412,7 +415,10 @@ def test_the_status_converges_in_both_modes() -> None:
             status=again.body["status"],
             now=NOW + timedelta(minutes=9),
         )
-        assert json.dumps(again.body, sort_keys=True) == json.dumps(second.body, sort_keys=True)
+        # Byte for byte but the resync, which moves with the clock (never the status).
+        assert json.dumps(without_resync(again.body), sort_keys=True) == json.dumps(
+            without_resync(second.body), sort_keys=True
+        )
 
 
 def test_a_mode_change_moves_the_conditions_transition_time() -> None:
@@ -450,11 +456,11 @@ def test_the_recorded_kubernetes_dcs_request_is_event_driven() -> None:
     outcome = run_body(body, {"pg-orders-0": replica(P0), P1: leader(P1), P2: replica(P2)})
     assert selected(outcome) == P1
     assert detection(outcome)[:3] == ("RoleLabel", "True", "RoleLabelsAgree")
-    assert outcome.body["resyncAfterSeconds"] == 30.0
+    assert outcome.body["resyncAfterSeconds"] == spread(30.0, NOW, body)
 
     stripped = run_body(polled(body), {P0: replica(P0), P1: leader(P1), P2: replica(P2)})
     assert detection(stripped)[:3] == ("Polled", "False", "RoleLabelMissing")
-    assert stripped.body["resyncAfterSeconds"] == TIMING.healthy
+    assert stripped.body["resyncAfterSeconds"] == spread(TIMING.healthy, NOW, polled(body))
 
 
 def test_the_recorded_request_with_patroni_naming_another_leader_is_polled() -> None:

@@ -41,6 +41,7 @@ from hypothesis import strategies as st
 from hooks.config import ResyncTiming
 from hooks.members import MemberStatus, ProbeTarget
 from hooks.schemas import LEADER_PATHS, SyncRequest, load_sync_request
+from hooks.switchover import spread_resync
 from hooks.sync import (
     LAST_APPLIED_ANNOTATION,
     Decision,
@@ -68,7 +69,9 @@ from tests.helpers import (
     replica,
     seed_spec,
     service_selector,
+    spread,
     sync_body,
+    without_resync,
 )
 
 NOW = datetime(2026, 8, 20, 10, 0, 0, tzinfo=UTC)
@@ -260,7 +263,7 @@ def test_first_sync_creates_the_service_once_patroni_confirms_the_leader() -> No
     assert outcome.body["children"] == [expected_service(P0)]
     assert outcome.decision is Decision.ROUTED
     assert set(outcome.body) == {"status", "children", "resyncAfterSeconds"}
-    assert outcome.body["resyncAfterSeconds"] == TIMING.healthy
+    assert outcome.body["resyncAfterSeconds"] == spread(TIMING.healthy, NOW, body)
     assert condition(outcome.body, "Ready")["status"] == "True"
     assert condition(outcome.body, "PrimaryRouted")["reason"] == "LeaderFound"
 
@@ -370,7 +373,7 @@ def test_a_standby_leader_is_routed_when_the_spec_asks_for_the_leader_path() -> 
 )
 def test_a_healthy_reply_asks_for_the_healthy_resync(resync: ResyncTiming, expected: float) -> None:
     _, outcome = run(sync_body(services=[make_service(pod=P0)]), healthy(P0), timing=resync)
-    assert outcome.body["resyncAfterSeconds"] == expected
+    assert outcome.body["resyncAfterSeconds"] == spread(expected, NOW)
     assert outcome.decision is Decision.ROUTED
 
 
@@ -1411,8 +1414,9 @@ def test_the_status_converges_when_it_is_fed_back(name: str) -> None:
     _, second = run(following, answers, now=LATER)
     _, third = run(fed_back(following, second), answers, now=LATER + timedelta(hours=3))
 
-    assert second.body == first.body
-    assert third.body == first.body
+    # All but the resync, which moves with the clock (the status never does).
+    assert without_resync(second.body) == without_resync(first.body)
+    assert without_resync(third.body) == without_resync(first.body)
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
@@ -1424,7 +1428,9 @@ def test_the_same_inputs_at_another_time_give_the_same_reply_when_nothing_transi
     steady = fed_back(body, settled)
     _, at_one = run(steady, answers, now=LATER)
     _, at_other = run(steady, answers, now=LATER + timedelta(days=2))
-    assert json.dumps(at_one.body, sort_keys=True) == json.dumps(at_other.body, sort_keys=True)
+    assert json.dumps(without_resync(at_one.body), sort_keys=True) == json.dumps(
+        without_resync(at_other.body), sort_keys=True
+    )
 
 
 # ===================================================== property over clusters
@@ -1537,7 +1543,7 @@ def test_property_every_reply_obeys_the_routing_rules(case: dict[str, Any]) -> N
         assert {n: s["spec"]["selector"] for n, s in services.items()} == {
             n: service_selector(chosen) for n in services
         }
-        assert outcome.body["resyncAfterSeconds"] == TIMING.healthy
+        assert outcome.body["resyncAfterSeconds"] == spread(TIMING.healthy, NOW, body)
         assert (ready["status"], routed["status"]) == ("True", "True")
     else:
         assert services == {n: preserved(s) for n, s in observed_services.items()}
@@ -1560,7 +1566,7 @@ def test_property_every_reply_obeys_the_routing_rules(case: dict[str, Any]) -> N
         all_answered = len(as_patroni) == len(case["names"])
         assert reachable["status"] == ("True" if all_answered else "False")
     _, again = run(fed_back(body, outcome), case["answers"], now=LATER)
-    assert again.body == outcome.body
+    assert without_resync(again.body) == without_resync(outcome.body)
 
 
 def test_members_named_unlike_their_pods_route_when_the_spec_turns_the_name_check_off() -> None:
@@ -1795,3 +1801,95 @@ def test_kept_read_only_services_slices_and_cronjobs_are_what_they_were_observed
     }
     for (api_version, kind), obj in kept_objects.items():
         assert (obj["metadata"]["name"], api_version, kind, NAMESPACE) in replied
+
+
+# ========================================== phase-spread healthy resyncs (issue 11)
+# After a Metacontroller restart every parent is synced at once; each healthy resync
+# lands the parent's next sync on a slot of its own (hooks.switchover.spread_resync), so
+# the fleet spreads over one period instead of staying in one clump.
+
+UIDS = [f"0f0e0d0c-0000-4000-8000-{i:012d}" for i in range(1000)]
+T0 = NOW.timestamp()
+
+
+def test_the_same_uid_always_gets_the_same_slot() -> None:
+    """The slot is a function of the UID alone: every hook pod and every restart agree."""
+    for uid in UIDS[:50]:
+        first = T0 + spread_resync(10.0, uid, T0)
+        for offset in (0.4, 3.3, 86_400.7):
+            later = T0 + offset + spread_resync(10.0, uid, T0 + offset)
+            drift = (later - first) % 10.0
+            assert min(drift, 10.0 - drift) < 1e-6, (uid, offset)
+
+
+def test_a_fleet_synced_at_once_spreads_over_one_period() -> None:
+    """1,000 parents synced at the same instant: their next syncs fill the period evenly."""
+    period = 30.0
+    landing = [(T0 + spread_resync(period, uid, T0)) % period for uid in UIDS]
+    buckets = [0] * 10
+    for at in landing:
+        buckets[int(at / period * 10)] += 1
+    assert min(buckets) >= 70 and max(buckets) <= 130, buckets  # 100 each if even
+
+
+def test_the_resync_is_between_half_a_period_and_one_and_a_half() -> None:
+    for period in (0.5, 1.0, 7.0, 30.0, 300.0):
+        for i, uid in enumerate(UIDS[:200]):
+            resync = spread_resync(period, uid, T0 + i * 0.37)
+            assert period / 2 <= resync < period * 1.5
+
+
+def test_once_on_its_slot_a_cluster_resyncs_every_period() -> None:
+    """Steady state: the sync at the slot asks for one period (not a clump-forming jump)."""
+    uid = UIDS[7]
+    arrival = T0 + spread_resync(30.0, uid, T0)
+    assert spread_resync(30.0, uid, arrival) == pytest.approx(30.0)
+    assert spread_resync(30.0, uid, arrival + 0.05) == pytest.approx(29.95)
+
+
+def test_the_reply_s_resync_lands_on_the_parent_s_slot_at_any_time() -> None:
+    body = sync_body(services=[make_service(pod=P0)])
+    landings = set()
+    for at in (NOW, LATER, LATER + timedelta(seconds=3.5), LATER + timedelta(days=2)):
+        _, outcome = run(body, healthy(P0), now=at)
+        resync = outcome.body["resyncAfterSeconds"]
+        assert TIMING.healthy / 2 <= resync < TIMING.healthy * 1.5
+        landings.add(round((at.timestamp() + resync) % TIMING.healthy, 6) % TIMING.healthy)
+    assert len(landings) == 1, landings
+
+
+def test_different_parents_get_different_resyncs_at_the_same_instant() -> None:
+    resyncs = set()
+    for uid in UIDS[:20]:
+        body = sync_body(services=[make_service(pod=P0)])
+        body["parent"]["metadata"]["uid"] = uid
+        _, outcome = run(body, healthy(P0))
+        resyncs.add(outcome.body["resyncAfterSeconds"])
+    assert len(resyncs) == 20
+
+
+def test_without_a_uid_the_slot_is_namespace_and_name() -> None:
+    body = sync_body(services=[make_service(pod=P0)])
+    del body["parent"]["metadata"]["uid"]
+    _, outcome = run(body, healthy(P0))
+    assert outcome.decision is Decision.ROUTED
+    expected = spread_resync(TIMING.healthy, f"{NAMESPACE}/{CLUSTER}", NOW.timestamp())
+    assert outcome.body["resyncAfterSeconds"] == expected
+    assert outcome.body["resyncAfterSeconds"] != spread(TIMING.healthy, NOW)
+
+
+def test_the_degraded_resync_is_not_spread() -> None:
+    for at in (NOW, LATER, LATER + timedelta(seconds=1.3)):
+        _, outcome = run(sync_body(services=[make_service(pod=P0)]), {}, now=at)
+        assert outcome.decision is not Decision.ROUTED
+        assert outcome.body["resyncAfterSeconds"] == TIMING.degraded
+
+
+def test_a_short_period_never_goes_below_the_degraded_resync() -> None:
+    timing = ResyncTiming(healthy=0.5, degraded=0.4)
+    for i in range(40):
+        at = NOW + timedelta(seconds=i * 0.013)
+        _, outcome = run(
+            sync_body(services=[make_service(pod=P0)]), healthy(P0), now=at, timing=timing
+        )
+        assert 0.4 <= outcome.body["resyncAfterSeconds"] < 0.75
