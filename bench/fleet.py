@@ -64,6 +64,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hooks.switchover import spread_resync
+
 #: Modelled API server: latency of a GET and a PUT (s), and of a watch event after a write.
 API_GET = 0.002
 API_PUT = 0.004
@@ -109,10 +111,11 @@ class Policy:
     event_resync: float | None = None
     degraded: float = 0.3
     from_reply: bool = True
-    #: Phase-spread healthy resyncs (a proposal, not in the hook): the next healthy sync
-    #: of a cluster falls on its own slot of the period (a hash of its UID), between half
-    #: a period and one and a half periods away, so a fleet synced all at once (after a
-    #: Metacontroller restart) does not stay in one clump.
+    #: Phase-spread healthy resyncs (the hook's, :func:`hooks.switchover.spread_resync`,
+    #: called here): the next healthy sync of a cluster falls on its own slot of the
+    #: period (a hash of its UID), between half a period and one and a half periods away,
+    #: so a fleet synced all at once (after a Metacontroller restart) does not stay in one
+    #: clump. ``False``: the hook before it (a fixed period), as the other rows model.
     spread: bool = False
 
 
@@ -484,9 +487,8 @@ class Fleet:
             period = policy.event_resync
         if not policy.spread:
             return period
-        slot = (cluster.index * 0.6180339887498949) % 1.0 * period
-        delay = period - (self.loop.time() - slot) % period
-        return delay + period if delay < period / 2 else delay
+        # The hook's own function, with a UID per modelled cluster and the model's clock.
+        return spread_resync(period, f"fleet-uid-{cluster.index}", self.loop.time())
 
     def pod_event(self, cluster: Cluster, delay: float = 0.0) -> None:
         install = self.installs[cluster.shard]
@@ -956,7 +958,7 @@ def recommended(n: int, mix: Mix = Mix()) -> tuple[Metacontroller, Policy, int, 
 
 def full_rows(duration: float, switchovers: int) -> list[Row]:
     """The table's modelled rows: today's and the recommended settings for 50, 500 and
-    5,000 clusters of the stated mix, then the proposal and the worst cases found."""
+    5,000 clusters of the stated mix, then phase-spread resyncs and the worst cases found."""
     rows = []
     for n in (50, 500, 5000):
         rows.append(
@@ -997,7 +999,7 @@ def full_rows(duration: float, switchovers: int) -> list[Row]:
     for seed in (11, 12, 13):
         rows.append(
             Row(
-                f"recommended + phase-spread resyncs (proposed hook change) (seed {seed})",
+                f"recommended + phase-spread resyncs (the hook's) (seed {seed})",
                 5000,
                 mc,
                 replace(policy, spread=True),

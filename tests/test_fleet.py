@@ -185,9 +185,9 @@ def test_resync_period_zero_means_every_second() -> None:
 
 def test_recommended_5000_meets_the_api_targets_and_the_lag_targets_with_phase_spread() -> None:
     """At 5,000 clusters the API budget and the event-less lag hold with the recommended
-    settings; the Pod-changing p99 <= 1 s holds only with phase-spread resyncs (a proposed
-    hook change): without it the fleet stays in one clump after a restart and p99 sits
-    around 1 s (0.85-1.17 s over three seeds; docs/scale.md)."""
+    settings; the Pod-changing p99 <= 1 s holds only with phase-spread resyncs (the hook's,
+    hooks.switchover.spread_resync): without them the fleet stays in one clump after a
+    restart and p99 sits around 1 s (0.85-1.17 s over three seeds; docs/scale.md)."""
     mc, policy, pods, threads = fleet.recommended(5000)
     row = Row(
         "rec", 5000, mc, policy, hook_pods=pods, hook_threads=threads, duration=90, switchovers=200
