@@ -25,7 +25,9 @@ class ResyncTiming:
     Consul DCS nothing but this timer makes Metacontroller call us again: ``healthy``
     bounds how long the Service can lag a switchover. ``degraded`` is used while there
     is no confirmed leader, so the new one is picked up a fraction of a second after
-    Patroni promotes it.
+    Patroni promotes it. ``healthy`` is a period: each reply asks for the time to the
+    cluster's own slot of it (:func:`hooks.switchover.spread_resync`), so one resync may
+    be up to one and a half periods (right after a restart), then one period.
     """
 
     healthy: float = 1.0
