@@ -195,19 +195,14 @@ def _serve(
         pipe.send(("stopped", connections, os.times()))
 
 
-@dataclass
-class FakeMembers:
-    """A running fake-member process: where the members are and how to stop it."""
+class _ServingProcess:
+    """What both fake-member processes share: a pipe to ask them to stop, and their figures."""
 
-    hosts: list[str]
-    names: list[str]
-    port: int
-    pid: int
     process: multiprocessing.process.BaseProcess
     _pipe: multiprocessing.connection.Connection
     #: After stop(): connections served, and the process's CPU seconds (user + system).
-    connections: int = 0
-    cpu_seconds: float = 0.0
+    connections: int
+    cpu_seconds: float
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.process.is_alive():
@@ -224,6 +219,20 @@ class FakeMembers:
             self.process.kill()
             self.process.join(5)
         self._pipe.close()
+
+
+@dataclass
+class FakeMembers(_ServingProcess):
+    """A running fake-member process: where the members are and how to stop it."""
+
+    hosts: list[str]
+    names: list[str]
+    port: int
+    pid: int
+    process: multiprocessing.process.BaseProcess
+    _pipe: multiprocessing.connection.Connection
+    connections: int = 0
+    cpu_seconds: float = 0.0
 
 
 @contextmanager
@@ -371,7 +380,7 @@ def _serve_fleet(
 
 
 @dataclass
-class FleetMembers:
+class FleetMembers(_ServingProcess):
     """A running fleet of fake clusters: cluster ``c``'s members are on
     ``fleet_host(c, m)`` at ``ports[c]``; member 0 of every cluster starts as leader."""
 
@@ -385,22 +394,6 @@ class FleetMembers:
     def set_leader(self, cluster: int, member: int | None) -> None:
         """Make ``member`` the leader of ``cluster`` (None: nobody answers 200)."""
         self._pipe.send(("leader", cluster, -1 if member is None else member))
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self.process.is_alive():
-            with suppress(OSError):
-                self._pipe.send("stop")
-            if self._pipe.poll(timeout):
-                with suppress(EOFError, OSError):
-                    tag, connections, times = self._pipe.recv()
-                    if tag == "stopped":
-                        self.connections = connections
-                        self.cpu_seconds = times.user + times.system
-        self.process.join(timeout)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(5)
-        self._pipe.close()
 
 
 @contextmanager
