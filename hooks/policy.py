@@ -96,21 +96,18 @@ class ProbePolicy:
         return None
 
     def _opens(self, address: IPAddress, special: IPNetwork) -> bool:
-        """Whether an allowed network names (part of) ``special`` and holds ``address``."""
+        """Whether an allowed network names (part of) ``special`` and holds ``address``.
+
+        ``address`` is inside ``special``, so an allowed network that holds it is of the same
+        family (``in`` is false across families) and overlaps ``special``; being CIDR blocks,
+        the allowed one is inside ``special`` exactly when it is no larger.
+        """
         for allowed in self.allowed_networks:
-            if allowed.version != special.version or address not in allowed:
+            if address not in allowed:
                 continue
-            if _inside(allowed, special):
+            if allowed.prefixlen >= special.prefixlen:
                 return True
         return False
-
-
-def _inside(inner: IPNetwork, outer: IPNetwork) -> bool:
-    if isinstance(inner, ipaddress.IPv4Network) and isinstance(outer, ipaddress.IPv4Network):
-        return inner.subnet_of(outer)
-    if isinstance(inner, ipaddress.IPv6Network) and isinstance(outer, ipaddress.IPv6Network):
-        return inner.subnet_of(outer)
-    return False
 
 
 def effective_address(ip: IPAddress) -> IPAddress:
@@ -120,12 +117,27 @@ def effective_address(ip: IPAddress) -> IPAddress:
     return ip
 
 
+def _items(raw: str) -> list[str]:
+    """The comma-separated items of a setting, each stripped.
+
+    An empty item (``"8008,,8443"``, a comma at either end) is refused like any other bad
+    item, so the hook does not start: it is most often a templated value that came out
+    empty, and the operator meant something there (ignored, a lone ``","`` in
+    ``PGFH_ALLOWED_POD_CIDRS`` would have lifted the Pod-network limit).
+    """
+    items = [item.strip() for item in raw.split(",")]
+    if "" in items:
+        raise ValueError(
+            f"item {items.index('') + 1} of {len(items)} is empty "
+            "(two commas in a row, or one at an end)"
+        )
+    return items
+
+
 def parse_ports(raw: str) -> frozenset[int]:
     """``"8008"``, ``"8008,8443"`` or ``"8000-8010"`` → the set of ports; ValueError if bad."""
     ports: set[int] = set()
-    for part in (p.strip() for p in raw.split(",")):
-        if not part:
-            continue
+    for part in _items(raw):
         low, dash, high = part.partition("-")
         if not (low.strip().isdigit() and (not dash or high.strip().isdigit())):
             raise ValueError(f"{part!r} is not a port or a range of ports")
@@ -133,19 +145,16 @@ def parse_ports(raw: str) -> frozenset[int]:
         if not 1 <= first <= last <= 65535:
             raise ValueError(f"{part!r}: ports are 1-65535, a range is low-high")
         ports.update(range(first, last + 1))
-    if not ports:
-        raise ValueError("names no port")
     return frozenset(ports)
 
 
 def parse_networks(raw: str) -> tuple[IPNetwork, ...]:
     """``"10.244.0.0/16,fd00:10:244::/56"`` → networks; ValueError if one is not a CIDR."""
     networks = []
-    for part in (p.strip() for p in raw.split(",")):
-        if not part:
-            continue
+    for part in _items(raw):
         try:
-            networks.append(ipaddress.ip_network(part, strict=True))
+            # Strict (the default): host bits set, as in 10.244.0.1/16, are refused.
+            networks.append(ipaddress.ip_network(part))
         except ValueError as error:
             raise ValueError(f"{part!r} is not a network in CIDR notation ({error})") from None
     return tuple(networks)

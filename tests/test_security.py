@@ -224,6 +224,27 @@ def test_only_an_allowed_network_inside_a_special_range_opens_it() -> None:
     ) == ("0.0.0.0 is an unspecified address: not probed")
 
 
+def test_a_special_range_opens_wherever_it_stands_in_the_allowed_list() -> None:
+    # The Pod network first, the loopback range second: every allowed network is looked
+    # at, not only the first one that does not hold the address.
+    policy = ProbePolicy(allowed_networks=parse_networks("10.244.0.0/16,127.0.0.0/8"))
+    assert policy.address_problem(ipaddress.ip_address("127.0.0.2")) is None
+    assert policy.address_problem(ipaddress.ip_address("10.244.3.9")) is None
+    assert policy.address_problem(ipaddress.ip_address("10.96.0.1")) == (
+        "10.96.0.1 is outside the allowed Pod networks: not probed"
+    )
+    v6_first = ProbePolicy(allowed_networks=parse_networks("fd00:10:244::/56,::1/128"))
+    assert v6_first.address_problem(ipaddress.ip_address("::1")) is None
+
+
+def test_an_allowed_part_of_a_special_range_opens_only_that_part() -> None:
+    policy = ProbePolicy(allowed_networks=parse_networks("127.0.0.0/24"))
+    assert policy.address_problem(ipaddress.ip_address("127.0.0.2")) is None
+    assert policy.address_problem(ipaddress.ip_address("127.0.1.2")) == (
+        "127.0.1.2 is a loopback address: not probed"
+    )
+
+
 def test_pod_cidrs_limit_addresses_per_family() -> None:
     policy = ProbePolicy(allowed_networks=parse_networks("10.244.0.0/16,fd00:10:244::/56"))
     assert policy.address_problem(ipaddress.ip_address("10.244.3.9")) is None
@@ -240,6 +261,11 @@ def test_pod_cidrs_limit_addresses_per_family() -> None:
         ("8008", {8008}, "8008"),
         ("8008, 8443", {8008, 8443}, "8008, 8443"),
         ("9000,8000-8002", {8000, 8001, 8002, 9000}, "8000-8002, 9000"),
+        # The bounds: 1 and 65535 are ports, alone and as the ends of a range.
+        ("1", {1}, "1"),
+        ("65535", {65535}, "65535"),
+        ("1-2,65534-65535", {1, 2, 65534, 65535}, "1-2, 65534-65535"),
+        ("8008-8008", {8008}, "8008"),
     ],
 )
 def test_port_lists(raw: str, ports: set[int], described: str) -> None:
@@ -247,16 +273,86 @@ def test_port_lists(raw: str, ports: set[int], described: str) -> None:
     assert describe_ports(ports) == described
 
 
-@pytest.mark.parametrize("raw", ["0", "65536", "x", "8010-8000", "-", "1-", ",", "80 80"])
-def test_bad_port_lists_name_the_variable(raw: str) -> None:
-    with pytest.raises(ValueError, match=r"^PGFH_ALLOWED_PATRONI_PORTS="):
+def test_no_ports_are_described_as_none() -> None:
+    assert describe_ports(()) == "none"
+    assert ProbePolicy(allowed_ports=frozenset()).port_problem(8008) == (
+        "port 8008 is not an allowed Patroni port on this hook (allowed: none; "
+        "the hook's PGFH_ALLOWED_PATRONI_PORTS)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("0", "'0': ports are 1-65535, a range is low-high"),
+        ("65536", "'65536': ports are 1-65535, a range is low-high"),
+        ("0-8008", "'0-8008': ports are 1-65535, a range is low-high"),
+        ("8008-65536", "'8008-65536': ports are 1-65535, a range is low-high"),
+        ("8010-8000", "'8010-8000': ports are 1-65535, a range is low-high"),
+        ("x", "'x' is not a port or a range of ports"),
+        ("8000-x", "'8000-x' is not a port or a range of ports"),
+        ("x-8000", "'x-8000' is not a port or a range of ports"),
+        ("-", "'-' is not a port or a range of ports"),
+        ("1-", "'1-' is not a port or a range of ports"),
+        ("80 80", "'80 80' is not a port or a range of ports"),
+        # An empty item is refused, not skipped: "8008,,8443" most often means a templated
+        # value came out empty, and the operator meant a port there.
+        ("8008,,8443", "item 2 of 3 is empty (two commas in a row, or one at an end)"),
+        ("8008,", "item 2 of 2 is empty (two commas in a row, or one at an end)"),
+        (",8008", "item 1 of 2 is empty (two commas in a row, or one at an end)"),
+        ("8008, ,8443", "item 2 of 3 is empty (two commas in a row, or one at an end)"),
+        (",", "item 1 of 2 is empty (two commas in a row, or one at an end)"),
+    ],
+)
+def test_bad_port_lists_name_the_variable_and_the_problem(raw: str, message: str) -> None:
+    with pytest.raises(ValueError) as refused:
         HookSettings.from_env({"PGFH_ALLOWED_PATRONI_PORTS": raw})
+    assert str(refused.value) == f"PGFH_ALLOWED_PATRONI_PORTS={raw.strip()!r}: {message}"
 
 
-@pytest.mark.parametrize("raw", ["10.244.0.1/16", "10.244.0.0/33", "pods", "10.244.0.0/16;x"])
-def test_bad_pod_cidrs_name_the_variable(raw: str) -> None:
-    with pytest.raises(ValueError, match=r"^PGFH_ALLOWED_POD_CIDRS="):
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (
+            "10.244.0.1/16",
+            "'10.244.0.1/16' is not a network in CIDR notation (10.244.0.1/16 has host bits set)",
+        ),
+        (
+            "10.244.0.0/33",
+            "'10.244.0.0/33' is not a network in CIDR notation "
+            "('10.244.0.0/33' does not appear to be an IPv4 or IPv6 network)",
+        ),
+        (
+            "pods",
+            "'pods' is not a network in CIDR notation "
+            "('pods' does not appear to be an IPv4 or IPv6 network)",
+        ),
+        (
+            "10.244.0.0/16;x",
+            "'10.244.0.0/16;x' is not a network in CIDR notation "
+            "('10.244.0.0/16;x' does not appear to be an IPv4 or IPv6 network)",
+        ),
+        # Skipping the empty item of a lone "," would lift the Pod-network limit altogether.
+        (",", "item 1 of 2 is empty (two commas in a row, or one at an end)"),
+        (
+            "10.244.0.0/16,,fd00:10:244::/56",
+            "item 2 of 3 is empty (two commas in a row, or one at an end)",
+        ),
+        ("10.244.0.0/16,", "item 2 of 2 is empty (two commas in a row, or one at an end)"),
+    ],
+)
+def test_bad_pod_cidrs_name_the_variable_and_the_problem(raw: str, message: str) -> None:
+    with pytest.raises(ValueError) as refused:
         HookSettings.from_env({"PGFH_ALLOWED_POD_CIDRS": raw})
+    assert str(refused.value) == f"PGFH_ALLOWED_POD_CIDRS={raw!r}: {message}"
+
+
+def test_unset_or_blank_policy_settings_keep_the_defaults() -> None:
+    for blank in ("", "  "):
+        policy = HookSettings.from_env(
+            {"PGFH_ALLOWED_PATRONI_PORTS": blank, "PGFH_ALLOWED_POD_CIDRS": blank}
+        ).probe_policy
+        assert policy == ProbePolicy()
 
 
 def test_policy_settings_are_read_from_the_environment() -> None:
