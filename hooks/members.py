@@ -205,7 +205,7 @@ class MemberStatus:
 
 def _role(value: object) -> str | None:
     role = _str(value)
-    return _ROLE_ALIASES.get(role, role) if role is not None else None
+    return _ROLE_ALIASES[role] if role in _ROLE_ALIASES else role  # noqa: SIM401 (role may be None)
 
 
 def _str(value: object) -> str | None:

@@ -82,6 +82,7 @@ def test_a_primary_body_means_what_the_status_code_says(
     assert flags(member) == expected
     foreign = not (status == 200 or 400 <= status < 600)
     assert member.patroni_answer is not foreign
+    assert member.name == "pg-orders-1"
     if foreign:
         assert f"unexpected HTTP {status} on /primary" == member.reason
         assert member.role is None and member.http_status == status
@@ -254,6 +255,7 @@ def test_a_position_section_that_is_not_an_object_is_ignored(section: object) ->
     body["xlog"] = section
     member = answer(200, body)
     assert (member.wal_position, member.received_position) == (None, None)
+    assert member.replay_paused is False
     assert member.is_leader
 
 
@@ -401,6 +403,8 @@ def test_the_verdict_values_are_stable_metric_labels() -> None:
         ("3.0.3", (3, 0, 3)),
         ("4.2.0.dev1", (4, 2, 0)),
         ("4.2.0rc1", (4, 2, 0)),
+        ("4.2rc1", (4, 2)),
+        ("4.1.5.2", (4, 1, 5)),
         ("4", (4,)),
         ("", None),
         ("x.y", None),
@@ -417,6 +421,26 @@ def test_the_patroni_version_is_read_as_numbers(
     member = answer(503, body)
     assert member.patroni_version == expected
     assert member.older_than((3, 0, 4)) is (expected is not None and expected < (3, 0, 4))
+
+
+def test_a_release_is_not_older_than_itself() -> None:
+    body = patroni_body("replica")
+    body["patroni"]["version"] = "3.2.0"
+    member = answer(503, body)
+    assert not member.older_than((3, 2, 0))
+    assert member.older_than((3, 2, 1))
+    assert not member.older_than((3, 1, 9))
+
+
+def test_the_health_path_defaults_to_primary() -> None:
+    """Without a health path the answer is read as one to ``/primary``, in every reason."""
+    body = patroni_body("replica")
+    assert MemberStatus.from_api_response("m", 503, body).reason == (
+        "HTTP 503 on /primary: replica, running"
+    )
+    assert MemberStatus.from_api_response("m", 302, body).reason == (
+        "unexpected HTTP 302 on /primary"
+    )
 
 
 @pytest.mark.parametrize(
