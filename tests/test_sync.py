@@ -498,6 +498,13 @@ def _pods(**overrides: dict[str, Any]) -> list[dict[str, Any]]:
     return [make_pod(n, **overrides.get(n.replace("-", "_"), {})) for n in (P0, P1, P2)]
 
 
+def _unlabelled(name: str) -> dict[str, Any]:
+    """A member pod whose metadata has no ``labels`` key at all."""
+    pod = make_pod(name)
+    del pod["metadata"]["labels"]
+    return pod
+
+
 DOUBTS = [
     Doubt(
         "no leader: every member answers 503",
@@ -570,6 +577,14 @@ DOUBTS = [
         pods=_pods(
             pg_orders_1={"labels": {**SELECTOR, "application": "other", POD_NAME_LABEL: P1}}
         ),
+    ),
+    Doubt(
+        "the leader's pod has no labels at all",
+        healthy(P1),
+        Decision.LEADER_NOT_SELECTABLE,
+        "Leader pg-orders-1 lacks the label(s) application, cluster-name, "
+        "statefulset.kubernetes.io/pod-name that the Service selector needs",
+        pods=[make_pod(P0), _unlabelled(P1), make_pod(P2)],
     ),
     Doubt(
         "the leader's pod-name label names another pod",
