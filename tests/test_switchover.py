@@ -30,7 +30,7 @@ from hooks.schemas import (
     load_spec,
     load_sync_request,
 )
-from hooks.switchover import Detection
+from hooks.switchover import Detection, detect
 from hooks.sync import Decision, SyncOutcome, probe_targets, reconcile
 from tests.helpers import (
     CLUSTER,
@@ -321,6 +321,111 @@ def test_many_pods_are_named_up_to_three() -> None:
     answers = {n: leader(n) if n == names[0] else replica(n) for n in names}
     message = detection(run(pods, answers))[3]
     assert "(and 3 more)" in message
+
+
+@pytest.mark.parametrize(
+    ("count", "named"),
+    [
+        (3, "pg-orders-0; pg-orders-1; pg-orders-2"),
+        (4, "pg-orders-0; pg-orders-1; pg-orders-2 (and 1 more)"),
+    ],
+)
+def test_three_pods_are_named_without_a_count_and_a_fourth_is_counted(
+    count: int, named: str
+) -> None:
+    names = [f"{CLUSTER}-{i}" for i in range(count)]
+    pods = [member_pod(n, None) for n in names]
+    answers = {n: leader(n) if n == names[0] else replica(n) for n in names}
+    assert detection(run(pods, answers))[3] == f"Polled: no role label on {named}"
+
+
+def test_an_annotation_of_up_to_64_kib_is_read_and_a_longer_one_is_not() -> None:
+    def padded(length: int) -> str:
+        text = annotation("replica")
+        text = text[:-1] + ',"pad":""}'
+        return text[:-2] + "x" * (length - len(text)) + text[-2:]
+
+    for length, reason in ((65536, "RoleLabelsAgree"), (65537, "StatusAnnotationMissing")):
+        pods = k8s_dcs_pods(P0)
+        pods[1]["metadata"]["annotations"]["status"] = padded(length)
+        assert len(padded(length)) == length
+        assert detection(run(pods, healthy(P0)))[2] == reason, length
+
+
+def test_a_leader_annotated_primary_that_answers_as_standby_leader_disagrees() -> None:
+    """Both are leader roles on /leader, but the annotation must name the role Patroni
+    reported over REST, not merely another leader role."""
+    pods = k8s_dcs_pods(P0)
+    answers = {
+        P0: MemberStatus.from_api_response(P0, 200, patroni_body("standby_leader", name=P0)),
+        P1: replica(P1),
+        P2: replica(P2),
+    }
+    outcome = run(pods, answers, spec=seed_spec(healthCheckPath="/leader"))
+    assert selected(outcome) == P0
+    mode, _, reason, message = detection(outcome)
+    assert (mode, reason) == ("Polled", "StatusAnnotationDisagrees")
+    assert message == (
+        "Polled: Patroni's status annotation disagrees with its REST answer: "
+        f"{P0}'s status annotation says role primary, its REST API standby_leader"
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "claimed"),
+    [
+        # A leader role of the path, though not the word "primary".
+        ("/leader", "standby_leader"),
+        # "primary" always claims the lock, even where the path's leader role is another.
+        ("/standby-leader", "primary"),
+    ],
+)
+def test_an_unreachable_replica_annotated_with_a_leader_role_disagrees(
+    path: str, claimed: str
+) -> None:
+    leading = "standby_leader" if path == "/standby-leader" else "primary"
+    pods = k8s_dcs_pods(P0)
+    pods[0]["metadata"]["annotations"]["status"] = annotation(leading)
+    pods[2]["metadata"]["annotations"]["status"] = annotation(claimed)
+    answers = {
+        P0: MemberStatus.from_api_response(P0, 200, patroni_body(leading, name=P0)),
+        P1: replica(P1),
+        P2: down(P2),
+    }
+    outcome = run(pods, answers, spec=seed_spec(healthCheckPath=path))
+    assert selected(outcome) == P0
+    mode, _, reason, message = detection(outcome)
+    assert (mode, reason) == ("Polled", "StatusAnnotationDisagrees")
+    assert message.endswith(f"{P2}'s status annotation says role {claimed}")
+
+
+def test_a_replica_annotated_replica_whose_rest_api_says_primary_disagrees() -> None:
+    """An old primary that lost the lock still says primary over REST (503 on /primary)."""
+    pods = k8s_dcs_pods(P0)
+    answers = healthy(P0)
+    answers[P1] = MemberStatus.from_api_response(P1, 503, patroni_body("primary", name=P1))
+    mode, _, reason, message = detection(run(pods, answers))
+    assert (mode, reason) == ("Polled", "StatusAnnotationDisagrees")
+    assert message.endswith(f"{P1}'s status annotation says role replica, its REST API primary")
+
+
+def test_detect_never_vouches_for_a_leader_it_cannot_check() -> None:
+    """:func:`detect` on its own: a leader that is not one of the Pods, or whose answer is
+    missing, and a replica without an answer."""
+    spec, _ = load_spec(seed_spec())
+    assert spec is not None
+    pods = {p["metadata"]["name"]: p for p in k8s_dcs_pods(P0)}
+    answers = healthy(P0)
+    outsider = detect(pods, list(answers.values()), "pg-orders-9", spec)
+    assert (outsider.detection, outsider.reason) == (Detection.POLLED, "NoConfirmedLeader")
+    unanswered = detect(pods, [answers[P1], answers[P2]], P0, spec)
+    assert (unanswered.reason, unanswered.message) == (
+        "StatusAnnotationDisagrees",
+        "Polled: Patroni's status annotation disagrees with its REST answer: "
+        f"{P0}'s status annotation says role primary",
+    )
+    # A replica without an answer is compared by its label only, like an unreachable one.
+    assert detect(pods, [answers[P0], answers[P1]], P0, spec).reason == "RoleLabelsAgree"
 
 
 # ========================================================== roleLabel (Spilo)

@@ -1862,6 +1862,20 @@ def test_once_on_its_slot_a_cluster_resyncs_every_period() -> None:
     assert spread_resync(30.0, uid, arrival + 0.05) == pytest.approx(29.95)
 
 
+def test_the_slots_are_stable_across_releases() -> None:
+    """Golden values: a change of the hash, its size or the arithmetic would move every
+    cluster of a fleet to a new slot during a rolling upgrade of the hook."""
+    assert spread_resync(30.0, UIDS[0], 0.0) == pytest.approx(30.674303037185553, abs=1e-9)
+    assert spread_resync(30.0, UIDS[1], 1000.0) == pytest.approx(18.652660985373927, abs=1e-9)
+
+
+def test_exactly_half_a_period_before_the_slot_is_not_pushed_a_period_further() -> None:
+    """UIDS[0]'s slot of an 8 s period is at 0.179814143249481 s: 4 s before it is kept."""
+    now = 0.179814143249481 + 4.0
+    assert spread_resync(8.0, UIDS[0], now) == 4.0
+    assert spread_resync(8.0, UIDS[0], now + 0.5) == pytest.approx(11.5)
+
+
 def test_the_reply_s_resync_lands_on_the_parent_s_slot_at_any_time() -> None:
     body = sync_body(services=[make_service(pod=P0)])
     landings = set()
