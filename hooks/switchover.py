@@ -158,7 +158,7 @@ def detect(
         if role is None:
             no_annotation.append(name)
         elif not _role_agrees(role, name == leader, answered, spec):
-            said = answered.role if answered is not None and answered.reachable else None
+            said = answered.role if answered is not None else None
             bad_annotation.append(
                 f"{name}'s status annotation says role {role}"
                 + (f", its REST API {said}" if said else "")

@@ -155,7 +155,10 @@ def test_patroni_labels_and_annotations_that_agree_make_the_cluster_event_driven
     assert selected(outcome) == P0
     mode, cond, reason, message = detection(outcome)
     assert (mode, cond, reason) == ("RoleLabel", "True", "RoleLabelsAgree")
-    assert "a switchover changes a Pod" in message
+    assert message == (
+        "Role label: every member Pod's label role and Patroni's status annotation agree "
+        "with Patroni (leader pg-orders-0), so a switchover changes a Pod"
+    )
     assert outcome.body["resyncAfterSeconds"] == spread(30.0, NOW)
 
 
@@ -245,9 +248,11 @@ def test_a_label_disagreeing_with_patroni_never_moves_the_service() -> None:
     assert outcome.body["status"]["primary"] == P0
     mode, cond, reason, message = detection(outcome)
     assert (mode, cond, reason) == ("Polled", "False", "RoleLabelDisagrees")
-    assert f"{P0} has role=replica, Patroni implies role=master or role=primary" in message
-    assert f"{P1} has role=primary, Patroni implies role=replica" in message
-    assert "the label is ignored" in message
+    assert message == (
+        "Polled: the role label disagrees with Patroni (leader pg-orders-0): "
+        "pg-orders-0 has role=replica, Patroni implies role=master or role=primary; "
+        "pg-orders-1 has role=primary, Patroni implies role=replica; the label is ignored"
+    )
     assert outcome.body["resyncAfterSeconds"] == spread(TIMING.healthy, NOW)
 
 
@@ -258,7 +263,12 @@ def test_a_label_naming_a_leader_patroni_does_not_confirm_keeps_the_service() ->
 
     assert outcome.decision is Decision.NO_LEADER
     assert selected(outcome) == P0  # kept as observed, not moved to the labelled P1
-    assert detection(outcome)[:3] == ("Polled", "False", "NoConfirmedLeader")
+    assert detection(outcome) == (
+        "Polled",
+        "False",
+        "NoConfirmedLeader",
+        "Polled: no leader confirmed by Patroni in this sync to compare role labels with",
+    )
     assert outcome.body["resyncAfterSeconds"] == TIMING.degraded
 
 
@@ -278,7 +288,11 @@ def test_labels_without_patronis_annotation_are_polled() -> None:
     outcome = run(pods, healthy(P0))
     mode, _, reason, message = detection(outcome)
     assert (mode, reason) == ("Polled", "StatusAnnotationMissing")
-    assert "spec.switchover.roleLabel" in message
+    assert message == (
+        "Polled: no Patroni status annotation on pg-orders-0; pg-orders-1; pg-orders-2 (not "
+        "Patroni's Kubernetes DCS: name a label kept by something else in "
+        "spec.switchover.roleLabel)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -449,7 +463,10 @@ def test_spilo_labels_are_trusted_only_when_opted_in() -> None:
 
     opted = run(spilo_pods(P0), healthy(P0), switchover=SPILO)
     assert detection(opted)[:3] == ("RoleLabel", "True", "RoleLabelsAgree")
-    assert "label spilo-role agree" in detection(opted)[3]
+    assert detection(opted)[3] == (
+        "Role label: every member Pod's label spilo-role agree with Patroni "
+        "(leader pg-orders-0), so a switchover changes a Pod"
+    )
     assert opted.body["resyncAfterSeconds"] == spread(30.0, NOW)
 
 
