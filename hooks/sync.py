@@ -637,7 +637,8 @@ def _minimal_copy(observed: Mapping[str, Any]) -> dict[str, Any]:
     result = {k: copy.deepcopy(v) for k, v in observed.items() if k != "status"}
     observed_metadata = observed.get("metadata")
     metadata = {
-        k: copy.deepcopy(v)
+        # ObjectMeta without the server's fields holds flat string maps: copy = deepcopy.
+        k: copy.deepcopy(v)  # pragma: no mutate
         for k, v in (observed_metadata.items() if isinstance(observed_metadata, Mapping) else ())
         if k not in _SERVER_METADATA
     }

@@ -54,6 +54,7 @@ from tests.helpers import (
     CLUSTER,
     INVALID_SPECS,
     NAMESPACE,
+    PARENT_UID,
     POD_NAME_LABEL,
     SELECTOR,
     SERVICE_NAME,
@@ -214,6 +215,16 @@ def config_map(name: str = "pg-orders-extra") -> dict[str, Any]:
             "managedFields": [{"manager": "metacontroller"}],
         },
         "data": {"note": "kept by the hook"},
+    }
+
+
+def pod_disruption_budget() -> dict[str, Any]:
+    """A child of another type whose spec nests objects two levels deep."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": CLUSTER, "namespace": NAMESPACE, "uid": "uid-pdb"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": dict(SELECTOR)}},
     }
 
 
@@ -907,7 +918,8 @@ def test_finalize_with_the_service_still_there_lists_no_children_and_is_not_fina
     assert outcome.decision is Decision.FINALIZING
     assert outcome.body["children"] == []
     assert outcome.body["finalized"] is False
-    assert outcome.body["resyncAfterSeconds"] > 0
+    assert outcome.body["resyncAfterSeconds"] == 1.0
+    assert outcome.message == "Deleting: 1 child object(s) still exist"
     status = outcome.body["status"]
     assert status["primary"] == previous["primary"] == P1
     assert status["observedGeneration"] == 2
@@ -987,6 +999,42 @@ def test_an_invalid_spec_keeps_every_observed_service_and_names_the_field(
     assert (outcome.previous_primary, outcome.primary, outcome.primary_changed) == (P0, P0, False)
 
 
+def test_an_invalid_spec_names_every_problem_and_what_is_kept_in_each_condition() -> None:
+    spec = seed_spec(healthCheckPath="/replica", patroni={"port": 0})
+    body = sync_body(spec=spec, services=[make_service(pod=P0)], status=ROUTED_STATUS)
+    _, outcome = run(body, healthy(P1))
+    problems = (
+        "spec.healthCheckPath: must be one of Patroni's leader paths: /primary, /master, "
+        "/read-write, /leader, /standby-leader, /standby_leader; spec.patroni.port: Must be "
+        "greater than or equal to 1 and less than or equal to 65535."
+    )
+    assert outcome.message == problems
+    assert [
+        (c["type"], c["status"], c["reason"], c["message"])
+        for c in outcome.body["status"]["conditions"]
+    ] == [
+        ("Ready", "False", "InvalidSpec", f"Invalid spec: {problems}"),
+        (
+            "PrimaryRouted",
+            "Unknown",
+            "InvalidSpec",
+            "Routing is frozen until the spec is fixed; keeping Service pg-orders-primary on "
+            "pg-orders-0",
+        ),
+        ("SpecValid", "False", "InvalidSpec", problems),
+    ]
+
+
+def test_kept_conditions_without_a_reason_or_message_keep_them_empty() -> None:
+    body = fixture("finalize-parent-deleting.json")
+    body["parent"]["status"]["conditions"] = [
+        {"type": "ReplicasRouted", "status": "True", "lastTransitionTime": EARLIER_STAMP}
+    ]
+    _, outcome = run(body)
+    kept = condition(outcome.body, "ReplicasRouted")
+    assert (kept["status"], kept["reason"], kept["message"]) == ("True", "", "")
+
+
 def test_an_invalid_spec_without_a_service_creates_none_and_drops_the_member_list() -> None:
     body = sync_body(spec=seed_spec(healthCheckPath="/replica"), status=ROUTED_STATUS)
     _, outcome = run(body, healthy(P1))
@@ -1000,6 +1048,101 @@ def test_an_invalid_spec_keeps_every_observed_service_of_any_name() -> None:
     body = sync_body(spec={"serviceRef": {"name": "x"}}, services=services)
     _, outcome = run(body, healthy(P1))
     assert outcome.body["children"] == [preserved(services[0]), preserved(services[1])]
+
+
+def test_a_service_without_a_last_applied_record_is_kept_without_server_fields() -> None:
+    """Spelled out, not through :func:`preserved` (which is the code under test)."""
+    observed = make_service(pod=P0, last_applied=False)
+    observed["spec"]["ports"][0]["nodePort"] = 30432
+    observed["spec"]["healthCheckNodePort"] = 31000
+    observed["metadata"]["annotations"] = {"team": "orders"}
+    body = sync_body(spec={"serviceRef": {"name": "x"}}, services=[observed])
+    _, outcome = run(body, healthy(P1))
+    assert outcome.body["children"] == [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": SERVICE_NAME,
+                "namespace": NAMESPACE,
+                "labels": {**MANAGED_BY, "controller-uid": PARENT_UID},
+                "annotations": {"team": "orders"},
+            },
+            "spec": {
+                "ports": [
+                    {"name": "postgresql", "port": 5432, "protocol": "TCP", "targetPort": 5432}
+                ],
+                "selector": service_selector(P0),
+                "type": "ClusterIP",
+            },
+        }
+    ]
+
+
+def _containers(value: object) -> dict[int, object]:
+    """Every dict and list inside ``value``, by identity."""
+    found: dict[int, object] = {}
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict | list):
+            found[id(item)] = item
+            stack.extend(item.values() if isinstance(item, dict) else item)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("body", "answers"),
+    [
+        pytest.param(
+            sync_body(
+                services=[
+                    make_service(pod=P0, last_applied=False),
+                    make_service("pg-orders-old", pod=P0, last_applied=False),
+                ],
+                status=ROUTED_STATUS,
+            ),
+            healthy(P1),
+            id="routed",
+        ),
+        pytest.param(
+            {
+                **sync_body(services=[make_service(pod=P0)], status=ROUTED_STATUS),
+                "children": {
+                    "Service.v1": {SERVICE_NAME: make_service(pod=P0)},
+                    "ConfigMap.v1": {"pg-orders-extra": config_map()},
+                    "PodDisruptionBudget.policy/v1": {"pg-orders": pod_disruption_budget()},
+                },
+            },
+            healthy(P1),
+            id="routed, other kinds of child",
+        ),
+        pytest.param(
+            sync_body(services=[make_service(pod=P0, last_applied=False)], status=ROUTED_STATUS),
+            {},
+            id="in doubt",
+        ),
+        pytest.param(
+            sync_body(
+                spec={"serviceRef": {"name": "x"}},
+                services=[make_service(pod=P0, last_applied=False)],
+                status={**ROUTED_STATUS, "replicas": {"members": [P1]}},
+            ),
+            {},
+            id="invalid spec",
+        ),
+        pytest.param(fixture("finalize-parent-deleting.json"), {}, id="finalize"),
+    ],
+)
+def test_the_reply_shares_no_object_with_the_request(
+    body: dict[str, Any], answers: Mapping[str, MemberStatus]
+) -> None:
+    """Kept children and the kept status are copies: nothing done to the reply (or to the
+    request) after reconcile can reach the other."""
+    request, outcome = run(body, answers)
+    observed = _containers([request.parent, dict(request.services), dict(request.other_children)])
+    shared = set(_containers(outcome.body)) & set(observed)
+    assert not shared, [observed[i] for i in shared]
 
 
 # ======================================================================= status
