@@ -813,6 +813,68 @@ def test_preserved_keeps_an_absent_observed_selector_absent() -> None:
     assert "selector" not in preserved(observed)["spec"]
 
 
+def test_preserved_drops_an_empty_observed_selector() -> None:
+    observed = make_service(pod=P0)
+    observed["spec"]["selector"] = {}
+    assert "selector" not in preserved(observed)["spec"]
+
+
+def test_a_kept_service_is_rebuilt_from_its_last_applied_record() -> None:
+    """What the hook last asked for, plus the live selector: a label or annotation that
+    someone else added to the live Service is theirs and stays out of the reply (the
+    three-way merge keeps it), and nothing of the live object is claimed as ours."""
+    observed = make_service(pod=P0, selector={**SELECTOR, POD_NAME_LABEL: P2})
+    observed["metadata"]["labels"]["team"] = "orders"
+    observed["metadata"]["annotations"]["note"] = "added by hand"
+    _, outcome = run(sync_body(services=[observed]), {})
+    assert outcome.decision is Decision.NO_LEADER
+    assert outcome.body["children"] == [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": SERVICE_NAME,
+                "namespace": NAMESPACE,
+                "labels": {**MANAGED_BY, "controller-uid": PARENT_UID},
+            },
+            "spec": {
+                "ports": [
+                    {"name": "postgresql", "port": 5432, "protocol": "TCP", "targetPort": 5432}
+                ],
+                "selector": {**SELECTOR, POD_NAME_LABEL: P2},
+                "type": "ClusterIP",
+            },
+        }
+    ]
+
+
+def test_a_last_applied_record_without_a_spec_keeps_only_the_live_selector() -> None:
+    observed = make_service(pod=P0)
+    applied = json.loads(observed["metadata"]["annotations"][LAST_APPLIED_ANNOTATION])
+    del applied["spec"]
+    observed["metadata"]["annotations"][LAST_APPLIED_ANNOTATION] = json.dumps(applied)
+    assert preserved(observed)["spec"] == {"selector": service_selector(P0)}
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda a: a["metadata"].__setitem__("name", "other"), id="another name"),
+        pytest.param(lambda a: a["metadata"].pop("name"), id="no name"),
+        pytest.param(lambda a: a.__setitem__("kind", "ConfigMap"), id="another kind"),
+    ],
+)
+def test_a_last_applied_record_of_another_object_is_not_used(edit: Any) -> None:
+    observed = make_service(pod=P0)
+    applied = json.loads(observed["metadata"]["annotations"][LAST_APPLIED_ANNOTATION])
+    edit(applied)
+    applied["metadata"]["labels"]["from-the-record"] = "yes"
+    observed["metadata"]["annotations"][LAST_APPLIED_ANNOTATION] = json.dumps(applied)
+    kept = preserved(observed)
+    assert "from-the-record" not in kept["metadata"]["labels"]
+    assert kept["metadata"]["name"] == SERVICE_NAME
+
+
 def test_preserved_copies_other_kinds_without_server_fields() -> None:
     assert preserved(config_map()) == PRESERVED_CONFIG_MAP
 
@@ -1136,6 +1198,83 @@ def test_the_reply_shares_no_object_with_the_request(
     observed = _containers([request.parent, dict(request.services), dict(request.other_children)])
     shared = set(_containers(outcome.body)) & set(observed)
     assert not shared, [observed[i] for i in shared]
+
+
+def test_the_no_leader_message_names_the_unreachable_and_the_foreign_members() -> None:
+    answers = {
+        P0: MemberStatus.not_patroni(P0, "HTTP 302 on /primary without Patroni JSON", 302),
+        P1: down(P1, "timed out"),
+        P2: MemberStatus.not_patroni(P2, "HTTP 404 on /primary without Patroni JSON", 404),
+    }
+    _, outcome = run(sync_body(services=[make_service(pod=P0)]), answers)
+    assert outcome.message == (
+        "No member answers 200 on /primary (2 of 3 answered; unreachable: pg-orders-1: timed "
+        "out; not Patroni: pg-orders-0: HTTP 302 on /primary without Patroni JSON; "
+        "pg-orders-2: HTTP 404 on /primary without Patroni JSON); keeping Service "
+        "pg-orders-primary on pg-orders-0"
+    )
+
+
+def test_in_doubt_every_kept_primary_service_is_named_with_its_target() -> None:
+    old = make_service("pg-orders-old", pod=None)
+    del old["spec"]["selector"]
+    _, outcome = run(sync_body(services=[make_service(pod=P0), old]), {P0: down(P0)})
+    assert outcome.message.endswith(
+        "; keeping Service pg-orders-old as it is, Service pg-orders-primary on pg-orders-0"
+    )
+
+
+def test_a_leader_without_a_timeline_is_routed_without_one() -> None:
+    body = patroni_body("primary", name=P1)
+    del body["timeline"]
+    answers = {**healthy(P1), P1: MemberStatus.from_api_response(P1, 200, body)}
+    _, outcome = run(sync_body(services=[make_service(pod=P0)]), answers)
+    assert outcome.decision is Decision.ROUTED
+    assert (
+        outcome.message
+        == "Patroni reports pg-orders-1 as leader; Service pg-orders-primary selects it"
+    )
+    assert "timeline" not in outcome.body["status"]
+
+
+def test_the_timeline_is_the_leaders_not_another_members() -> None:
+    answers = {P0: replica(P0, 4), P1: leader(P1, 5), P2: replica(P2, 4)}
+    _, outcome = run(sync_body(services=[make_service(pod=P0)]), answers)
+    assert outcome.body["status"]["timeline"] == 5
+    assert outcome.message == (
+        "Patroni reports pg-orders-1 as leader (timeline 5); Service pg-orders-primary selects it"
+    )
+
+
+@pytest.mark.parametrize(("previous", "kept"), [(3, 3), ("3", None), (True, None), (None, None)])
+def test_in_doubt_the_last_known_timeline_is_kept(previous: object, kept: int | None) -> None:
+    status = {**ROUTED_STATUS, "timeline": previous}
+    _, outcome = run(sync_body(services=[make_service(pod=P0)], status=status), {})
+    assert outcome.decision is Decision.NO_LEADER
+    assert outcome.body["status"].get("timeline") == kept
+
+
+def test_the_clock_s_time_zone_does_not_matter() -> None:
+    body = sync_body(services=[make_service(pod=P0)])
+    resyncs = {
+        run(body, healthy(P0), now=at)[1].body["resyncAfterSeconds"]
+        for at in (
+            NOW,
+            NOW.astimezone(timezone(timedelta(hours=2))),
+            NOW.astimezone(timezone(timedelta(hours=-7))),
+            NOW.replace(tzinfo=None),  # naive: taken as UTC
+        )
+    }
+    assert resyncs == {spread(TIMING.healthy, NOW)}
+
+
+@pytest.mark.parametrize("group", ["ConfigMap", "ConfigMap.", ".v1"])
+def test_a_child_group_that_is_not_kind_dot_version_is_kept_as_observed(group: str) -> None:
+    body = sync_body(services=[make_service(pod=P0)])
+    body["children"][group] = {"pg-orders-extra": config_map()}
+    _, outcome = run(body, healthy(P0))
+    (kept,) = [c for c in outcome.body["children"] if c["metadata"]["name"] == "pg-orders-extra"]
+    assert (kept["apiVersion"], kept["kind"]) == ("v1", "ConfigMap")
 
 
 # ======================================================================= status
