@@ -1277,6 +1277,26 @@ def test_a_child_group_that_is_not_kind_dot_version_is_kept_as_observed(group: s
     assert (kept["apiVersion"], kept["kind"]) == ("v1", "ConfigMap")
 
 
+def test_a_routed_reply_says_the_spec_is_valid() -> None:
+    _, outcome = run(sync_body(services=[make_service(pod=P0)]), healthy(P0))
+    spec_valid = condition(outcome.body, "SpecValid")
+    assert (spec_valid["status"], spec_valid["reason"], spec_valid["message"]) == (
+        "True",
+        "SpecAccepted",
+        "The spec is valid",
+    )
+
+
+def test_without_pods_the_members_condition_is_unknown() -> None:
+    _, outcome = run(sync_body(services=[make_service(pod=P0)], pods=[]), {})
+    members = condition(outcome.body, "MembersReachable")
+    assert (members["status"], members["reason"], members["message"]) == (
+        "Unknown",
+        "NoMembers",
+        "No member to probe",
+    )
+
+
 # ======================================================================= status
 
 
