@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
@@ -1254,18 +1255,31 @@ def test_in_doubt_the_last_known_timeline_is_kept(previous: object, kept: int | 
     assert outcome.body["status"].get("timeline") == kept
 
 
-def test_the_clock_s_time_zone_does_not_matter() -> None:
+@pytest.fixture
+def local_time_zone(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's local time zone is UTC-3 (POSIX TZ: no tzdata needed)."""
+    monkeypatch.setenv("TZ", "XYZ+03")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("local_time_zone")
+def test_neither_the_clock_s_nor_the_machine_s_time_zone_matters() -> None:
     body = sync_body(services=[make_service(pod=P0)])
-    resyncs = {
-        run(body, healthy(P0), now=at)[1].body["resyncAfterSeconds"]
+    replies = [
+        run(body, healthy(P0), now=at)[1].body
         for at in (
             NOW,
             NOW.astimezone(timezone(timedelta(hours=2))),
             NOW.astimezone(timezone(timedelta(hours=-7))),
             NOW.replace(tzinfo=None),  # naive: taken as UTC
         )
-    }
-    assert resyncs == {spread(TIMING.healthy, NOW)}
+    ]
+    assert {r["resyncAfterSeconds"] for r in replies} == {spread(TIMING.healthy, NOW)}
+    stamps = {c["lastTransitionTime"] for r in replies for c in r["status"]["conditions"]}
+    assert stamps == {NOW_STAMP}
 
 
 @pytest.mark.parametrize("group", ["ConfigMap", "ConfigMap.", ".v1"])
@@ -1275,6 +1289,34 @@ def test_a_child_group_that_is_not_kind_dot_version_is_kept_as_observed(group: s
     _, outcome = run(body, healthy(P0))
     (kept,) = [c for c in outcome.body["children"] if c["metadata"]["name"] == "pg-orders-extra"]
     assert (kept["apiVersion"], kept["kind"]) == ("v1", "ConfigMap")
+
+
+def test_the_service_named_in_the_spec_tells_where_routing_was() -> None:
+    services = [make_service("pg-orders-a", pod=P2), make_service("pg-orders-b", pod=P0)]
+    body = sync_body(spec=seed_spec(serviceRef={"name": "pg-orders-b"}), services=services)
+    _, outcome = run(body, {})
+    assert (outcome.previous_primary, outcome.primary) == (P0, P0)
+
+
+def test_a_service_named_in_the_spec_is_the_primary_s_whatever_its_labels_say() -> None:
+    """After a spec swapped the names, the Service named like spec.serviceRef is the
+    primary's even if it still carries the read-only label."""
+    service = make_service(pod=P0)
+    service["metadata"]["labels"]["pg-failover-hook.adg.io/service"] = "read-only"
+    _, outcome = run(sync_body(services=[service]), {})
+    assert outcome.message.endswith("; keeping Service pg-orders-primary on pg-orders-0")
+    assert outcome.previous_primary == P0
+
+
+@pytest.mark.parametrize(("reason", "previous"), [("LeaderFound", "LeaderFound"), (5, None)])
+def test_the_previous_ready_reason_is_what_a_transition_is_measured_from(
+    reason: object, previous: str | None
+) -> None:
+    conditions = [{**c, "reason": reason} for c in ROUTED_STATUS["conditions"]]
+    status = {**ROUTED_STATUS, "conditions": conditions}
+    _, outcome = run(sync_body(services=[make_service(pod=P0)], status=status), healthy(P0))
+    assert outcome.previous_reason == previous
+    assert outcome.transition is (previous is None)
 
 
 def test_a_routed_reply_says_the_spec_is_valid() -> None:
