@@ -20,6 +20,7 @@ Test design notes
 from __future__ import annotations
 
 import copy
+import ipaddress
 import json
 from collections.abc import Mapping
 from datetime import timedelta
@@ -860,3 +861,157 @@ def test_the_observed_slice_is_reproduced_exactly_in_a_steady_state() -> None:
         "controller-uid"
     ]
     assert replied == applied
+
+
+# ============================================ classify: every verdict spelled out
+# One row per rule of replicas.classify, with the whole verdict: listed (True), left out
+# (False) or in doubt (None: unreachable, kept as it was), the phrase, and whether
+# KeepEndpoints may keep the member listed when nobody qualifies.
+
+_LEADER = answer(P0, "primary")
+_READY_POD = make_pod(P1)
+
+
+def _not_ready(name: str) -> dict[str, Any]:
+    pod = make_pod(name)
+    pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    return pod
+
+
+def _terminating(name: str) -> dict[str, Any]:
+    return make_pod(name, deleting=True)
+
+
+def _v3(**changes: Any) -> MemberStatus:
+    body = _body(P1, **changes)
+    body["patroni"] = {"version": "3.0.2", "scope": CLUSTER}
+    body.pop("replication_state", None)
+    return MemberStatus.from_api_response(P1, 503, body)
+
+
+@pytest.mark.parametrize(
+    ("member", "pod", "ip", "options", "verdict"),
+    [
+        (answer(P1), _READY_POD, "auto", {}, (True, "", False)),
+        (_LEADER, make_pod(P0), "auto", {}, (False, "leader", False)),
+        (answer(P1), _terminating(P1), "auto", {}, (False, "terminating", False)),
+        (answer(P1), _READY_POD, None, {}, (False, "no pod IP", False)),
+        (down(P1), _not_ready(P1), "auto", {}, (False, "unreachable, Pod not ready", False)),
+        (down(P1), _READY_POD, "auto", {}, (None, "unreachable", False)),
+        (
+            MemberStatus.not_patroni(P1, "HTTP 302 on /primary without Patroni JSON", 302),
+            _READY_POD,
+            "auto",
+            {},
+            (False, "not a Patroni answer", False),
+        ),
+        (
+            answer(P1, patroni_name="pg-other-3"),
+            _READY_POD,
+            "auto",
+            {},
+            (False, "answers as Patroni member pg-other-3", False),
+        ),
+        (
+            answer(P1, patroni_name="pg-other-3"),
+            _READY_POD,
+            "auto",
+            {"verify": False},
+            (True, "", False),
+        ),
+        (
+            answer(P1, scope="pg-billing"),
+            _READY_POD,
+            "auto",
+            {},
+            (False, "member of Patroni scope pg-billing", False),
+        ),
+        (
+            answer(P1, "standby_leader"),
+            _READY_POD,
+            "auto",
+            {},
+            (False, "role standby_leader", False),
+        ),
+        (
+            MemberStatus.from_api_response(P1, 503, {**_body(P1), "role": None}),
+            _READY_POD,
+            "auto",
+            {},
+            (False, "role unknown", False),
+        ),
+        (answer(P1, state="starting"), _READY_POD, "auto", {}, (False, "state starting", False)),
+        (
+            MemberStatus.from_api_response(P1, 503, {**_body(P1), "state": None}),
+            _READY_POD,
+            "auto",
+            {},
+            (False, "state unknown", False),
+        ),
+        (
+            _tagged(P1, noloadbalance=True),
+            _READY_POD,
+            "auto",
+            {},
+            (False, "tagged noloadbalance", False),
+        ),
+        (
+            _v3(),
+            _READY_POD,
+            "auto",
+            {},
+            (False, "Patroni 3.0.2 reports no replication_state (since 3.0.4)", True),
+        ),
+        (
+            answer(P1, replication_state="in archive recovery"),
+            _READY_POD,
+            "auto",
+            {},
+            (False, "not streaming (in archive recovery)", True),
+        ),
+        (
+            answer(P1, replication_state=None),
+            _READY_POD,
+            "auto",
+            {},
+            (False, "not streaming (unknown)", True),
+        ),
+        (
+            answer(P1, behind=None),
+            _READY_POD,
+            "auto",
+            {},
+            (False, "no replayed WAL position", True),
+        ),
+        (_paused(P1), _READY_POD, "auto", {}, (False, "replay paused", False)),
+        (_paused(P1), _READY_POD, "auto", {"include_paused": True}, (True, "", False)),
+        (answer(P1, behind=MIB), _READY_POD, "auto", {}, (True, "", False)),
+        (
+            answer(P1, behind=MIB + 1),
+            _READY_POD,
+            "auto",
+            {},
+            (False, "replay lags more than 1 MiB", True),
+        ),
+    ],
+)
+def test_classify_gives_the_whole_verdict(
+    member: MemberStatus,
+    pod: dict[str, Any],
+    ip: str | None,
+    options: dict[str, bool],
+    verdict: tuple[bool | None, str, bool],
+) -> None:
+    address = ipaddress.ip_address(member_ip(member.name)) if ip == "auto" else None
+    got = replicas.classify(
+        member.name,
+        member,
+        pod,
+        address,
+        _LEADER,
+        LEADER_AT,
+        MIB,
+        options.get("verify", True),
+        **({"include_paused": True} if options.get("include_paused") else {}),
+    )
+    assert (got.listed, got.reason, got.keepable) == verdict
