@@ -233,6 +233,29 @@ def test_a_named_target_port_is_resolved_in_the_pods_container_ports() -> None:
     assert [e["nodeName"] for e in slice_["endpoints"]] == ["node-1", "node-2"]
 
 
+def test_junk_container_ports_and_node_names_are_ignored() -> None:
+    spec = rs_spec()
+    spec["service"] = {"ports": [{"name": "postgresql", "port": 5432, "targetPort": "pg"}]}
+    pods = [_pod_with_ports(n, pg=6432) for n in (P0, P1, P2)]
+    for pod in pods:
+        pod["spec"]["containers"][0]["ports"][:0] = [
+            "junk",
+            {"containerPort": 7000},
+            {"name": "pg", "containerPort": True},
+            {"name": "pg", "containerPort": "6000"},
+        ]
+        pod["spec"]["containers"][:0] = ["junk", {"name": "sidecar", "ports": "junk"}]
+    pods[1]["spec"]["nodeName"] = 5
+    pods[2]["spec"]["nodeName"] = ""
+    _, outcome = run(request_body(spec=spec, pods=pods), routed())
+
+    slice_ = children_of(outcome, "EndpointSlice")[SLICE]
+    assert slice_["ports"] == [{"name": "postgresql", "port": 6432, "protocol": "TCP"}]
+    assert [sorted(e) for e in slice_["endpoints"]] == [
+        ["addresses", "conditions", "targetRef"]
+    ] * 2
+
+
 def test_a_replica_whose_named_port_differs_from_the_leaders_is_left_out() -> None:
     spec = rs_spec()
     spec["service"] = {"ports": [{"name": "postgresql", "port": 5432, "targetPort": "pg"}]}
@@ -380,6 +403,29 @@ def test_an_unreachable_member_listed_now_stays_listed() -> None:
     assert endpoints_of(outcome) == [P1, P2]
     message = condition(outcome, "ReplicasRouted")["message"]
     assert "kept while Patroni does not answer: pg-orders-2" in message
+
+
+def test_junk_in_an_observed_slice_is_skipped_and_what_follows_it_still_counts() -> None:
+    """The observed slices are free input: every entry that does not name a Pod with an
+    address is skipped, and the entries after it (and the slices after one of another
+    Service) are still read, so an unreachable member listed there stays listed."""
+    ours = listed_slice([P1, P2])
+    ours["endpoints"] = [
+        "junk",
+        {"targetRef": "junk", "addresses": ["10.0.0.9"]},
+        {"targetRef": {"kind": "Node", "name": P2}, "addresses": ["10.0.0.9"]},
+        {"targetRef": {"kind": "Pod", "name": 5}, "addresses": ["10.0.0.9"]},
+        {"targetRef": {"kind": "Pod", "name": P2}, "addresses": "10.0.0.9"},
+        {"targetRef": {"kind": "Pod", "name": P2}, "addresses": []},
+        {"targetRef": {"kind": "Pod", "name": P2}, "addresses": [5]},
+        *ours["endpoints"],
+    ]
+    other = listed_slice([P1], service="a-other-service")
+    other["metadata"]["name"] = "a-other-service-ipv4"
+    body = request_body(slices=[other, ours])
+    answers = routed(pg_orders_1=down(P1), pg_orders_2=down(P2))
+    _, outcome = run(body, answers)
+    assert endpoints_of(outcome) == [P1, P2]
 
 
 def test_an_unreachable_member_whose_pod_is_not_ready_leaves() -> None:
@@ -898,6 +944,24 @@ def _v3(**changes: Any) -> MemberStatus:
         (answer(P1), _READY_POD, None, {}, (False, "no pod IP", False)),
         (down(P1), _not_ready(P1), "auto", {}, (False, "unreachable, Pod not ready", False)),
         (down(P1), _READY_POD, "auto", {}, (None, "unreachable", False)),
+        (down(P1), {**_READY_POD, "status": "junk"}, "auto", {}, (None, "unreachable", False)),
+        (
+            down(P1),
+            {
+                **_READY_POD,
+                "status": {"conditions": ["junk", {"type": "Ready", "status": "False"}]},
+            },
+            "auto",
+            {},
+            (False, "unreachable, Pod not ready", False),
+        ),
+        (
+            down(P1),
+            {**_READY_POD, "status": {"conditions": "junk"}},
+            "auto",
+            {},
+            (None, "unreachable", False),
+        ),
         (
             MemberStatus.not_patroni(P1, "HTTP 302 on /primary without Patroni JSON", 302),
             _READY_POD,
