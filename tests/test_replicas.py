@@ -604,6 +604,18 @@ def test_in_doubt_no_read_only_object_is_created(doubt: Doubt) -> None:
     assert READ_ONLY not in children_of(outcome, "Service")
     assert children_of(outcome, "EndpointSlice") == {}
     assert outcome.body["status"]["replicaEndpoints"] == []
+    assert outcome.body["status"]["replicaService"] == READ_ONLY
+    assert condition(outcome, "ReplicasRouted")["message"].endswith(
+        "; keeping the read-only endpoints as they are (none)"
+    )
+
+
+def test_without_a_confirmed_leader_the_read_only_condition_says_so() -> None:
+    _, outcome = run(request_body(services=[PRIMARY]), DOUBTS[0].answers)
+    assert condition(outcome, "ReplicasRouted")["message"] == (
+        "No leader is confirmed, so replica lag cannot be computed; keeping the read-only "
+        "endpoints as they are (none)"
+    )
 
 
 def test_a_named_port_the_leader_does_not_declare_keeps_the_observed_objects() -> None:
@@ -628,7 +640,14 @@ def test_without_a_declared_endpointslice_type_no_read_only_object_is_emitted() 
         READ_ONLY: preserved(service),
     }
     assert children_of(outcome, "EndpointSlice") == {}
-    assert condition(outcome, "ReplicasRouted")["reason"] == "EndpointSlicesNotDeclared"
+    not_declared = condition(outcome, "ReplicasRouted")
+    assert (not_declared["status"], not_declared["reason"], not_declared["message"]) == (
+        "False",
+        "EndpointSlicesNotDeclared",
+        "The CompositeController does not declare discovery.k8s.io/v1 endpointslices as a "
+        "child resource; apply metacontroller/compositecontroller.yaml",
+    )
+    assert outcome.body["status"]["replicaService"] == READ_ONLY
 
 
 def test_the_read_only_service_never_gets_the_primarys_selector() -> None:
@@ -638,6 +657,22 @@ def test_the_read_only_service_never_gets_the_primarys_selector() -> None:
     for answers in (routed(), DOUBTS[0].answers):
         _, outcome = run(body, answers)
         assert "selector" not in children_of(outcome, "Service")[READ_ONLY]["spec"]
+
+
+@pytest.mark.parametrize("where", ["live label only", "last-applied record only"])
+def test_a_read_only_service_is_recognised_by_its_label_or_its_last_applied_record(
+    where: str,
+) -> None:
+    service = read_only_service()
+    if where == "live label only":
+        del service["metadata"]["annotations"][LAST_APPLIED_ANNOTATION]
+    else:
+        del service["metadata"]["labels"]["pg-failover-hook.adg.io/service"]
+    body = request_body(spec=seed_spec(), services=[PRIMARY, service])
+    for answers in (routed(), DOUBTS[0].answers):
+        _, outcome = run(body, answers)
+        assert "selector" not in children_of(outcome, "Service")[READ_ONLY]["spec"]
+        assert condition(outcome, "ReplicasRouted")["reason"] == "ReplicaServiceRemoved"
 
 
 # ======================================================== spec changes, finalize
@@ -652,8 +687,10 @@ def test_after_replica_service_is_removed_its_objects_are_kept_as_they_are() -> 
     assert children_of(outcome, "EndpointSlice") == {SLICE: preserved(slice_)}
     removed = condition(outcome, "ReplicasRouted")
     assert (removed["status"], removed["reason"]) == ("False", "ReplicaServiceRemoved")
-    assert (
-        "Service pg-orders-replicas, EndpointSlice pg-orders-replicas-ipv4" in (removed["message"])
+    assert removed["message"] == (
+        "spec.replicaService is not set; keeping Service pg-orders-replicas, EndpointSlice "
+        "pg-orders-replicas-ipv4 as they are until they are deleted by hand or with the "
+        "PostgreSQLCluster"
     )
     assert "replicaEndpoints" not in outcome.body["status"]
 
