@@ -256,6 +256,15 @@ def test_junk_container_ports_and_node_names_are_ignored() -> None:
     ] * 2
 
 
+def test_a_listed_member_whose_named_port_now_differs_leaves_even_when_unreachable() -> None:
+    spec = rs_spec()
+    spec["service"] = {"ports": [{"name": "postgresql", "port": 5432, "targetPort": "pg"}]}
+    pods = [_pod_with_ports(P0, pg=6432), _pod_with_ports(P1, pg=6432), _pod_with_ports(P2)]
+    body = request_body(spec=spec, pods=pods, slices=[listed_slice([P1, P2])])
+    _, outcome = run(body, routed(pg_orders_2=down(P2)))
+    assert endpoints_of(outcome) == [P1]
+
+
 def test_a_replica_whose_named_port_differs_from_the_leaders_is_left_out() -> None:
     spec = rs_spec()
     spec["service"] = {"ports": [{"name": "postgresql", "port": 5432, "targetPort": "pg"}]}
@@ -401,8 +410,21 @@ def test_an_unreachable_member_listed_now_stays_listed() -> None:
     _, outcome = run(body, routed(pg_orders_2=down(P2, "read timeout")))
 
     assert endpoints_of(outcome) == [P1, P2]
-    message = condition(outcome, "ReplicasRouted")["message"]
-    assert "kept while Patroni does not answer: pg-orders-2" in message
+    assert condition(outcome, "ReplicasRouted")["message"] == (
+        "1 replica(s) within 16 MiB of leader pg-orders-0: pg-orders-1; kept while Patroni "
+        "does not answer: pg-orders-2; left out: pg-orders-2 (unreachable)"
+    )
+
+
+def test_every_member_kept_while_patroni_does_not_answer_is_named() -> None:
+    body = request_body(slices=[listed_slice([P1, P2])])
+    _, outcome = run(body, routed(pg_orders_1=down(P1), pg_orders_2=down(P2)))
+    assert endpoints_of(outcome) == [P1, P2]
+    assert condition(outcome, "ReplicasRouted")["message"] == (
+        "No replica streams within 16 MiB of leader pg-orders-0; kept while Patroni does not "
+        "answer: pg-orders-1, pg-orders-2; left out: pg-orders-1 (unreachable), pg-orders-2 "
+        "(unreachable)"
+    )
 
 
 def test_junk_in_an_observed_slice_is_skipped_and_what_follows_it_still_counts() -> None:
