@@ -158,6 +158,12 @@ def test_the_cronjob_runs_the_backup_script_against_the_primary_service() -> Non
 def test_the_backup_pod_meets_the_restricted_pod_security_standard() -> None:
     pod = pod_spec(cronjob_of(request_body(spec=spec_with(runAsUser=70))))
     assert restricted_problems(pod) == []
+    assert pod["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
     assert pod["securityContext"] == {
         "runAsNonRoot": True,
         "runAsUser": 70,
@@ -177,11 +183,28 @@ def test_keep_deadline_and_resources_come_from_the_spec() -> None:
     (container,) = pod_spec(cronjob)["containers"]
     assert container["command"][2] == backup.backup_script(7, 3600)
     assert "stale_minutes=61\n" in container["command"][2]
+    # A partial directory is stale one minute after the deadline, in whole minutes up.
+    assert "stale_minutes=3\n" in backup.backup_script(7, 61)
+    assert "stale_minutes=2\n" in backup.backup_script(7, 60)
     assert cronjob["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 3600
     assert container["resources"] == {
         "requests": {"cpu": "250m", "memory": "268435456"},
         "limits": {"memory": "1Gi"},
     }
+
+
+def test_limits_without_requests_are_written() -> None:
+    fields = backup_fields(resources={"limits": {"memory": "1Gi"}})
+    (container,) = pod_spec(cronjob_of(request_body(spec=seed_spec(backup=fields))))["containers"]
+    assert container["resources"] == {"limits": {"memory": "1Gi"}}
+
+
+def test_a_quantity_the_api_server_rewrote_is_echoed_past_junk_containers() -> None:
+    fields = backup_fields(resources={"requests": {"cpu": "0.5"}})
+    (stored,) = observed(cronjob_of(request_body(spec=seed_spec(backup=fields))))
+    pod_spec(stored)["containers"][:0] = ["junk", {"name": "sidecar", "resources": {}}]
+    again = cronjob_of(request_body(spec=seed_spec(backup=fields), cronjobs=[stored]))
+    assert pod_spec(again)["containers"][0]["resources"] == {"requests": {"cpu": "500m"}}
 
 
 def test_a_quantity_the_api_server_rewrote_is_echoed_as_it_is_stored() -> None:
@@ -204,7 +227,16 @@ def test_a_quantity_the_api_server_rewrote_is_echoed_as_it_is_stored() -> None:
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("500m", 0.5), ("0.5", 0.5), ("1Gi", 2**30), ("1024Mi", 2**30), ("1e3", 1000), ("2k", 2000)],
+    [
+        ("500m", 0.5),
+        ("0.5", 0.5),
+        ("1Gi", 2**30),
+        ("1024Mi", 2**30),
+        ("1e3", 1000),
+        ("1E3", 1000),
+        ("2E", 2 * 10**18),
+        ("2k", 2000),
+    ],
 )
 def test_quantity_values(text: str, value: float) -> None:
     assert backup.quantity_value(text) == value
@@ -223,6 +255,20 @@ def test_the_postgresql_port_is_the_one_named_postgresql_else_the_first() -> Non
     spec["service"]["ports"] = [{"name": "pg", "port": 5433}]
     loaded, _ = load_spec(spec)
     assert loaded is not None and backup.postgres_port(loaded) == 5433
+
+
+@pytest.mark.parametrize(
+    ("cluster", "name"),
+    [
+        ("a" * 45, "a" * 45 + "-backup"),  # exactly 52: kept as it is
+        ("a" * 46, "a" * 36 + "-6643110c-backup"),
+        ("a" * 35 + "-" + "b" * 20, "a" * 35 + "-838b8bd0-backup"),  # no "--" at the cut
+        ("a" * 34 + ".-" + "b" * 20, "a" * 34 + "-d53a6348-backup"),
+    ],
+)
+def test_long_cronjob_names_are_cut_with_a_hash_of_the_whole_name(cluster: str, name: str) -> None:
+    assert backup.cronjob_name(cluster) == name
+    assert len(name) <= 52
 
 
 @pytest.mark.parametrize("length", [1, 44, 45, 60, 253])
@@ -270,6 +316,20 @@ def test_after_backup_is_removed_the_cronjob_is_kept_but_suspended() -> None:
     assert kept == expected
     removed = condition(outcome, "BackupScheduled")
     assert (removed["status"], removed["reason"]) == ("False", "BackupRemoved")
+
+
+def test_after_backup_is_removed_the_recorded_status_and_cronjob_name_stay() -> None:
+    (stored,) = observed(cronjob_of(request_body(spec=spec_with())))
+    recorded = {
+        "cronJob": CRONJOB,
+        "lastSuccessful": {
+            "job": "pg-orders-backup-29002",
+            "completionTime": "2026-08-19T02:19:44Z",
+        },
+    }
+    body = request_body(spec=seed_spec(), cronjobs=[stored], status={"backup": recorded})
+    _, outcome = run(body, cluster_answers(P0))
+    assert outcome.body["status"]["backup"] == recorded
 
 
 def test_without_a_declared_cronjob_type_no_cronjob_is_emitted() -> None:
@@ -347,6 +407,68 @@ def test_the_status_names_the_newest_success_and_the_newest_failure() -> None:
     }
 
 
+def test_jobs_before_one_of_another_cluster_or_a_running_one_are_still_read() -> None:
+    status = backup_status(
+        [
+            job("a-other", complete="2026-08-19T03:00:00Z", uid="another-uid"),
+            job("b-running"),
+            job("pg-orders-backup-29002", complete="2026-08-19T02:19:44Z"),
+        ]
+    )
+    assert status["lastSuccessful"]["job"] == "pg-orders-backup-29002"
+
+
+def test_a_job_s_conditions_are_read_past_junk_and_unfinished_ones() -> None:
+    junk = job("pg-orders-backup-29003", failed="2026-08-19T08:15:00Z", reason="")
+    junk["status"]["conditions"][:0] = [
+        "junk",
+        {"type": "Complete", "status": "False", "lastTransitionTime": "2026-08-19T08:00:00Z"},
+        {"type": "Suspended", "status": "True", "lastTransitionTime": "2026-08-19T08:00:00Z"},
+        {"type": "Complete", "status": "True", "lastTransitionTime": "not a time"},
+    ]
+    assert backup_status([junk])["lastFailed"] == {
+        "job": "pg-orders-backup-29003",
+        "failureTime": "2026-08-19T08:15:00Z",
+        "reason": "Failed",  # an empty reason: the condition's type
+    }
+
+
+def test_a_failure_is_dated_by_its_condition_not_by_a_completion_time() -> None:
+    failed = job("pg-orders-backup-29003", failed="2026-08-19T08:15:00Z")
+    failed["status"]["completionTime"] = "2026-08-19T09:00:00Z"
+    assert backup_status([failed])["lastFailed"]["failureTime"] == "2026-08-19T08:15:00Z"
+
+
+def test_at_the_same_time_the_later_job_name_wins_and_an_earlier_one_does_not() -> None:
+    at = "2026-08-19T02:19:44Z"
+    recorded = {
+        "cronJob": CRONJOB,
+        "lastSuccessful": {"job": "pg-orders-backup-29002", "completionTime": at},
+    }
+    earlier = job("pg-orders-backup-29001", complete=at)
+    later = job("pg-orders-backup-29003", complete=at)
+    assert backup_status([earlier], recorded) == recorded
+    assert backup_status([earlier, later], recorded)["lastSuccessful"]["job"] == (
+        "pg-orders-backup-29003"
+    )
+    failures = [job(n, failed=at) for n in ("pg-orders-backup-29005", "pg-orders-backup-29004")]
+    assert backup_status(failures)["lastFailed"]["job"] == "pg-orders-backup-29005"
+
+
+def test_the_recorded_result_of_the_same_job_is_kept_as_recorded() -> None:
+    at = "2026-08-17T08:15:00Z"
+    recorded = {
+        "cronJob": CRONJOB,
+        "lastFailed": {
+            "job": "pg-orders-backup-29003",
+            "failureTime": at,
+            "reason": "DeadlineExceeded",
+        },
+    }
+    again = job("pg-orders-backup-29003", failed=at, reason="BackoffLimitExceeded")
+    assert backup_status([again], recorded) == recorded
+
+
 def test_jobs_of_another_cluster_are_ignored() -> None:
     status = backup_status([job("x-1", complete="2026-08-19T02:00:00Z", uid="another-uid")])
     assert status == {"cronJob": CRONJOB}
@@ -390,6 +512,17 @@ def test_garbage_in_a_recorded_status_is_dropped() -> None:
     assert backup_status([], {"lastSuccessful": {"job": 5}, "lastFailed": "x"}) == {
         "cronJob": CRONJOB
     }
+    for record in (
+        {"job": 5, "completionTime": "2026-08-19T02:19:44Z"},
+        {"job": "pg-orders-backup-29002", "completionTime": "yesterday"},
+    ):
+        assert backup_status([], {"lastSuccessful": record}) == {"cronJob": CRONJOB}
+
+
+def test_junk_labels_on_a_job_do_not_count_as_this_cluster_s() -> None:
+    stray = job("pg-orders-backup-29002", complete="2026-08-19T02:19:44Z")
+    stray["metadata"]["labels"] = "junk"
+    assert backup_status([stray]) == {"cronJob": CRONJOB}
 
 
 def test_the_related_rule_selects_this_clusters_jobs_by_uid() -> None:
