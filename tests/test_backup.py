@@ -316,6 +316,19 @@ def test_after_backup_is_removed_the_cronjob_is_kept_but_suspended() -> None:
     assert kept == expected
     removed = condition(outcome, "BackupScheduled")
     assert (removed["status"], removed["reason"]) == ("False", "BackupRemoved")
+    assert removed["message"] == (
+        "spec.backup is not set; CronJob pg-orders-backup is kept but suspended until it is "
+        "deleted by hand or with the PostgreSQLCluster"
+    )
+
+
+def test_after_backup_is_removed_every_cronjob_is_named() -> None:
+    (stored,) = observed(cronjob_of(request_body(spec=spec_with())))
+    other = {**stored, "metadata": {**stored["metadata"], "name": "pg-orders-backup-old"}}
+    _, outcome = run(request_body(spec=seed_spec(), cronjobs=[stored, other]), cluster_answers(P0))
+    assert condition(outcome, "BackupScheduled")["message"].startswith(
+        "spec.backup is not set; CronJob pg-orders-backup, pg-orders-backup-old is kept"
+    )
 
 
 def test_after_backup_is_removed_the_recorded_status_and_cronjob_name_stay() -> None:
@@ -337,7 +350,34 @@ def test_without_a_declared_cronjob_type_no_cronjob_is_emitted() -> None:
     assert CRONJOB_KEY not in body["children"]
     _, outcome = run(body, cluster_answers(P0))
     assert children_of(outcome, "CronJob") == {}
-    assert condition(outcome, "BackupScheduled")["reason"] == "CronJobsNotDeclared"
+    not_declared = condition(outcome, "BackupScheduled")
+    assert (not_declared["status"], not_declared["reason"], not_declared["message"]) == (
+        "False",
+        "CronJobsNotDeclared",
+        "The CompositeController does not declare batch/v1 cronjobs as a child resource; "
+        "apply metacontroller/compositecontroller.yaml",
+    )
+
+
+RECORDED = {
+    "cronJob": CRONJOB,
+    "lastSuccessful": {"job": "pg-orders-backup-29002", "completionTime": "2026-08-19T02:19:44Z"},
+}
+NEWER_JOB = job("pg-orders-backup-29010", complete="2026-08-20T02:20:00Z")
+
+
+def test_without_a_declared_cronjob_type_the_backup_status_still_follows_the_jobs() -> None:
+    body = request_body(
+        spec=spec_with(), cronjobs=None, jobs=[NEWER_JOB], status={"backup": RECORDED}
+    )
+    _, outcome = run(body, cluster_answers(P0))
+    assert outcome.body["status"]["backup"] == {
+        "cronJob": CRONJOB,
+        "lastSuccessful": {
+            "job": "pg-orders-backup-29010",
+            "completionTime": "2026-08-20T02:20:00Z",
+        },
+    }
 
 
 def test_without_a_parent_uid_the_observed_cronjob_is_kept() -> None:
@@ -346,7 +386,19 @@ def test_without_a_parent_uid_the_observed_cronjob_is_kept() -> None:
     del body["parent"]["metadata"]["uid"]
     _, outcome = run(body, cluster_answers(P0))
     assert children_of(outcome, "CronJob")[CRONJOB] == preserved(stored)
-    assert condition(outcome, "BackupScheduled")["reason"] == "NoParentUID"
+    no_uid = condition(outcome, "BackupScheduled")
+    assert (no_uid["status"], no_uid["reason"], no_uid["message"]) == (
+        "False",
+        "NoParentUID",
+        "The request carries no parent UID to label the backup Jobs with",
+    )
+
+
+def test_without_a_parent_uid_the_recorded_backup_status_stays() -> None:
+    body = request_body(spec=spec_with(), jobs=[NEWER_JOB], status={"backup": RECORDED})
+    del body["parent"]["metadata"]["uid"]
+    _, outcome = run(body, cluster_answers(P0))
+    assert outcome.body["status"]["backup"] == RECORDED  # no Job can be told to be ours
 
 
 def test_an_invalid_spec_keeps_the_cronjob_and_the_condition() -> None:
