@@ -571,3 +571,63 @@ def test_the_envelope_is_not_copied() -> None:
     loaded = load_sync_request(body)
     assert loaded.pods is body["related"]["Pod.v1"]
     assert loaded.services is body["children"]["Service.v1"]
+
+
+# ============================================= messages and bounds, spelled out
+
+
+@pytest.mark.parametrize(
+    ("selector", "message"),
+    [
+        ({"bad key!": "v"}, "'bad key!' is not a valid label key"),
+        ({"app": "bad value!"}, "'bad value!' (for 'app') is not a valid label value"),
+        ({"a" * 254 + "/x": "v"}, f"'{'a' * 254}/x' is not a valid label key"),
+    ],
+)
+def test_a_bad_label_is_named_in_the_problem(selector: dict[str, str], message: str) -> None:
+    assert load_spec(seed_spec(primarySelector=selector)) == (
+        None,
+        (SpecProblem("spec.primarySelector", message),),
+    )
+
+
+def test_a_label_key_prefix_may_have_253_characters() -> None:
+    spec, problems = load_spec(seed_spec(primarySelector={"a" * 253 + "/x": "v"}))
+    assert problems == () and spec is not None
+
+
+def test_a_server_name_that_is_an_address_is_refused_saying_what_to_do() -> None:
+    spec = seed_spec(patroni={"scheme": "https", "tls": {"serverName": "10.0.0.1"}})
+    assert load_spec(spec)[1] == (
+        SpecProblem(
+            "spec.patroni.tls.serverName",
+            "must be a DNS name; to verify against the pod IP, leave serverName unset",
+        ),
+    )
+
+
+def test_a_zero_quantity_is_a_quantity() -> None:
+    fields = {"schedule": "15 2 * * *", "image": "x", "pvcName": "p", "secretName": "s"}
+    spec, _ = load_spec(seed_spec(backup={**fields, "resources": {"requests": {"memory": 0}}}))
+    assert spec is not None and spec.backup is not None
+    assert spec.backup.resources == {"requests": {"memory": "0"}}
+
+
+def test_every_problem_of_a_broken_parent_is_named() -> None:
+    body = sync_body(services=[make_service()])
+    body["parent"]["metadata"]["namespace"] = 5
+    body["parent"]["metadata"]["name"] = None
+    with pytest.raises(RequestError) as raised:
+        load_sync_request(body)
+    assert str(raised.value) == (
+        "invalid parent: metadata.name: Field may not be null.; "
+        "metadata.namespace: Not a valid string."
+    )
+
+
+def test_a_related_job_under_another_name_is_a_broken_request() -> None:
+    body = sync_body(services=[make_service()])
+    body["related"]["Job.batch/v1"] = {"a": {"metadata": {"name": "b"}}}
+    with pytest.raises(RequestError) as raised:
+        load_sync_request(body)
+    assert str(raised.value) == "invalid sync request: Job.batch/v1['a'] has metadata.name 'b'"
