@@ -12,6 +12,7 @@ from typing import Any
 from hooks.config import AuthSettings
 from hooks.members import MemberStatus, ProbeTarget
 from hooks.switchover import spread_resync
+from tests.patroni_wire import patroni_body
 
 #: For tests of what the hook answers, not of who may ask: the app's default requires a
 #: bearer token (tests/test_security.py covers that).
@@ -40,33 +41,6 @@ def polled(body: dict[str, Any]) -> dict[str, Any]:
         metadata = pod.get("metadata", {})
         metadata.get("labels", {}).pop("role", None)
         metadata.get("annotations", {}).pop("status", None)
-    return body
-
-
-def patroni_body(
-    role: str = "replica", state: str = "running", timeline: int = 1, name: str = "m"
-) -> dict[str, Any]:
-    """A Patroni 4.1 health-check JSON body."""
-    body: dict[str, Any] = {
-        "state": state,
-        "postmaster_start_time": "2026-08-20 09:10:00.000000+00:00",
-        "role": role,
-        "server_version": 180006,
-        "timeline": timeline,
-        "dcs_last_seen": 1787216000,
-        "database_system_identifier": "7400000000000000000",
-        "patroni": {"version": "4.1.5", "scope": "pg-orders", "name": name},
-    }
-    if role in ("primary", "master"):
-        body["xlog"] = {"location": 50332016}
-    else:
-        body["xlog"] = {
-            "received_location": 50332016,
-            "replayed_location": 50332016,
-            "replayed_timestamp": None,
-            "paused": False,
-        }
-        body["replication_state"] = "streaming"
     return body
 
 

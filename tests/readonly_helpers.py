@@ -26,10 +26,10 @@ from tests.helpers import (
     FakeProber,
     make_pod,
     member_ip,
-    patroni_body,
     seed_spec,
     sync_body,
 )
+from tests.patroni_wire import patroni_body
 
 NOW = datetime(2026, 8, 20, 10, 0, 0, tzinfo=UTC)
 TIMING = ResyncTiming(healthy=7.0, degraded=0.25)

@@ -35,8 +35,9 @@ from flask.testing import FlaskClient
 
 from hooks.plugin import checks, cli
 from standin.apply import World, apply_reply, check_reply
-from tests.helpers import FakeProber, down, fixture, patroni_body
+from tests.helpers import FakeProber, down, fixture
 from tests.kubeapi import COMPOSITECONTROLLERS, FakeKubeAPI, endpoint_slice_for
+from tests.patroni_wire import patroni_body
 from tests.readonly_helpers import MIB, READ_ONLY, answer, backup_fields
 from tests.test_layering import _closure
 

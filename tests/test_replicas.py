@@ -39,10 +39,10 @@ from tests.helpers import (
     make_pod,
     make_service,
     member_ip,
-    patroni_body,
     seed_spec,
     without_resync,
 )
+from tests.patroni_wire import patroni_body
 from tests.readonly_helpers import (
     LEADER_AT,
     MIB,

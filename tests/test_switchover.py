@@ -42,7 +42,6 @@ from tests.helpers import (
     leader,
     make_pod,
     make_service,
-    patroni_body,
     polled,
     replica,
     seed_spec,
@@ -50,6 +49,7 @@ from tests.helpers import (
     sync_body,
     without_resync,
 )
+from tests.patroni_wire import patroni_body
 
 NOW = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
 TIMING = ResyncTiming(healthy=7.0, degraded=0.25)

@@ -64,7 +64,6 @@ from tests.helpers import (
     make_pod,
     make_service,
     member_ip,
-    patroni_body,
     polled,
     replica,
     seed_spec,
@@ -73,6 +72,7 @@ from tests.helpers import (
     sync_body,
     without_resync,
 )
+from tests.patroni_wire import patroni_body
 
 NOW = datetime(2026, 8, 20, 10, 0, 0, tzinfo=UTC)
 NOW_STAMP = "2026-08-20T10:00:00Z"
