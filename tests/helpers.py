@@ -5,13 +5,15 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hooks.config import AuthSettings
+from hooks.config import AuthSettings, ResyncTiming
 from hooks.members import MemberStatus, ProbeTarget
+from hooks.schemas import SyncRequest, load_sync_request
 from hooks.switchover import spread_resync
+from hooks.sync import SyncOutcome, probe_targets, reconcile
 from tests.patroni_wire import patroni_body
 
 #: For tests of what the hook answers, not of who may ask: the app's default requires a
@@ -75,6 +77,40 @@ class FakeProber:
             t.pod: self.answers.get(t.pod) or MemberStatus.unknown(t.pod, "connection refused")
             for t in targets
         }
+
+
+# ------------------------------------------------- the pipeline without HTTP (one copy)
+
+#: The one "now" of the tests: a fixed clock, so resync phases and timestamps are stable.
+NOW = datetime(2026, 8, 20, 10, 0, 0, tzinfo=UTC)
+#: Resync periods nobody would pick as defaults (healthy 7 s, degraded 0.25 s), so an
+#: assertion on ``resyncAfterSeconds`` cannot pass by coincidence.
+TIMING = ResyncTiming(healthy=7.0, degraded=0.25)
+
+
+def run(
+    body: Mapping[str, Any],
+    answers: Mapping[str, MemberStatus] | None = None,
+    *,
+    now: datetime = NOW,
+    timing: ResyncTiming = TIMING,
+) -> tuple[SyncRequest, SyncOutcome]:
+    """The app's pipeline without HTTP: load, plan, fake-probe, decide.
+
+    Only the planned targets are "answered", so a Pod the planner skips (no IP, a
+    hostname) never is, as in production.
+    """
+    request = load_sync_request(copy.deepcopy(dict(body)))
+    targets = probe_targets(request)
+    probes = FakeProber(answers).probe(targets) if targets else {}
+    return request, reconcile(request, probes, now=now, timing=timing)
+
+
+def fed_back(body: Mapping[str, Any], outcome: SyncOutcome) -> dict[str, Any]:
+    """The next request after Metacontroller wrote ``outcome``'s status."""
+    following = copy.deepcopy(dict(body))
+    following["parent"]["status"] = copy.deepcopy(outcome.body["status"])
+    return following
 
 
 # ------------------------------------------------------------ plain-dict builders

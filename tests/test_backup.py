@@ -27,17 +27,15 @@ import pytest
 from hooks import backup
 from hooks.schemas import CRONJOB_KEY, load_spec
 from hooks.sync import Decision, preserved
-from tests.helpers import PARENT_UID, make_service, seed_spec
+from tests.helpers import PARENT_UID, fed_back, make_service, run, seed_spec
 from tests.readonly_helpers import (
     P0,
     backup_fields,
     children_of,
     cluster_answers,
     condition,
-    fed_back,
     observed,
     request_body,
-    run,
 )
 from tests.test_manifests import restricted_problems
 from tests.test_sync import DOUBTS

@@ -17,8 +17,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from standin.apply import World, apply_reply, check_reply
-from tests.conftest import NOW
-from tests.helpers import SYNC_FIXTURES, FakeProber, down, fixture, leader, replica, spread
+from tests.helpers import NOW, SYNC_FIXTURES, FakeProber, down, fixture, leader, replica, spread
 
 SERVICE = "pg-orders-primary"
 POD_NAME = "statefulset.kubernetes.io/pod-name"

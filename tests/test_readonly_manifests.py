@@ -22,7 +22,7 @@ import kubernetes_validate
 import pytest
 
 from hooks.schemas import load_spec
-from tests.helpers import make_pod
+from tests.helpers import make_pod, run
 from tests.readonly_helpers import (
     MIB,
     P0,
@@ -35,7 +35,6 @@ from tests.readonly_helpers import (
     observed,
     request_body,
     rs_spec,
-    run,
 )
 from tests.test_manifests import (
     EXAMPLE_FULL,

@@ -34,11 +34,14 @@ from hooks.sync import LAST_APPLIED_ANNOTATION, Decision, desired_service, prese
 from tests.helpers import (
     CLUSTER,
     NAMESPACE,
+    NOW,
     SERVICE_NAME,
     down,
+    fed_back,
     make_pod,
     make_service,
     member_ip,
+    run,
     seed_spec,
     without_resync,
 )
@@ -46,7 +49,6 @@ from tests.patroni_wire import patroni_body
 from tests.readonly_helpers import (
     LEADER_AT,
     MIB,
-    NOW,
     P0,
     P1,
     P2,
@@ -57,13 +59,11 @@ from tests.readonly_helpers import (
     children_of,
     cluster_answers,
     condition,
-    fed_back,
     listed_slice,
     observed,
     read_only_service,
     request_body,
     rs_spec,
-    run,
     slice_names,
 )
 from tests.test_sync import DOUBTS, Doubt

@@ -11,11 +11,10 @@ follows Patroni's REST answer, never the label.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -28,15 +27,15 @@ from hooks.schemas import (
     RoleLabelSpec,
     SwitchoverSpec,
     load_spec,
-    load_sync_request,
 )
 from hooks.switchover import Detection
-from hooks.sync import Decision, SyncOutcome, probe_targets, reconcile
+from hooks.sync import Decision, SyncOutcome
 from tests.helpers import (
     CLUSTER,
+    NOW,
     POD_NAME_LABEL,
     SELECTOR,
-    FakeProber,
+    TIMING,
     down,
     fixture,
     leader,
@@ -49,10 +48,9 @@ from tests.helpers import (
     sync_body,
     without_resync,
 )
+from tests.helpers import run as run_pipeline
 from tests.patroni_wire import patroni_body
 
-NOW = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
-TIMING = ResyncTiming(healthy=7.0, degraded=0.25)
 P0, P1, P2 = (f"{CLUSTER}-{i}" for i in range(3))
 NAMES = (P0, P1, P2)
 SPILO = {"roleLabel": {"key": "spilo-role", "leaderValue": "master"}}
@@ -127,9 +125,8 @@ def run_body(
     timing: ResyncTiming = TIMING,
     now: datetime = NOW,
 ) -> SyncOutcome:
-    request = load_sync_request(copy.deepcopy(dict(body)))
-    probes = FakeProber(answers).probe(probe_targets(request))
-    return reconcile(request, probes, now=now, timing=timing)
+    _, outcome = run_pipeline(body, answers, timing=timing, now=now)
+    return outcome
 
 
 def detection(outcome: SyncOutcome) -> tuple[str, str, str, str]:

@@ -8,8 +8,8 @@ Test design notes
   targets → ``reconcile(request, probes, now=..., timing=...)``. A pod the planner
   skips (no IP, a hostname) is therefore never "answered", as in production. No
   network, no Flask.
-* ``TIMING`` uses values nobody would pick as defaults (healthy 7 s, degraded 0.25 s),
-  so an assertion on ``resyncAfterSeconds`` cannot pass by coincidence.
+* ``TIMING`` (tests/helpers.py) uses values nobody would pick as defaults (healthy 7 s,
+  degraded 0.25 s), so an assertion on ``resyncAfterSeconds`` cannot pass by coincidence.
 * The doubt cases are one table (``DOUBTS``). Every row goes through the same strict
   oracle: the children are exactly the observed Service as ``preserved()`` rebuilds it,
   its selector equals the *observed object's* ``spec.selector``, both ``Ready`` and
@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 
 from hooks.config import ResyncTiming
 from hooks.members import MemberStatus, ProbeTarget
-from hooks.schemas import LEADER_PATHS, SyncRequest, load_sync_request
+from hooks.schemas import LEADER_PATHS, load_sync_request
 from hooks.switchover import spread_resync
 from hooks.sync import (
     LAST_APPLIED_ANNOTATION,
@@ -54,11 +54,13 @@ from tests.helpers import (
     CLUSTER,
     INVALID_SPECS,
     NAMESPACE,
+    NOW,
     POD_NAME_LABEL,
     SELECTOR,
     SERVICE_NAME,
-    FakeProber,
+    TIMING,
     down,
+    fed_back,
     fixture,
     leader,
     make_pod,
@@ -66,6 +68,7 @@ from tests.helpers import (
     member_ip,
     polled,
     replica,
+    run,
     seed_spec,
     service_selector,
     spread,
@@ -74,11 +77,9 @@ from tests.helpers import (
 )
 from tests.patroni_wire import patroni_body
 
-NOW = datetime(2026, 8, 20, 10, 0, 0, tzinfo=UTC)
 NOW_STAMP = "2026-08-20T10:00:00Z"
 LATER = NOW + timedelta(minutes=7, seconds=13)
 EARLIER_STAMP = "2026-08-20T09:00:00Z"
-TIMING = ResyncTiming(healthy=7.0, degraded=0.25)
 
 P0, P1, P2, P3 = (f"{CLUSTER}-{i}" for i in range(4))
 MANAGED_BY = {"app.kubernetes.io/managed-by": "pg-failover-hook"}
@@ -109,27 +110,6 @@ SERVER_FIELDS = frozenset(
 
 
 # --------------------------------------------------------------------- helpers
-
-
-def run(
-    body: Mapping[str, Any],
-    answers: Mapping[str, MemberStatus] | None = None,
-    *,
-    now: datetime = NOW,
-    timing: ResyncTiming = TIMING,
-) -> tuple[SyncRequest, SyncOutcome]:
-    """The app's pipeline without HTTP: load, plan, fake-probe, decide."""
-    request = load_sync_request(copy.deepcopy(dict(body)))
-    targets = probe_targets(request)
-    probes = FakeProber(answers).probe(targets) if targets else {}
-    return request, reconcile(request, probes, now=now, timing=timing)
-
-
-def fed_back(body: Mapping[str, Any], outcome: SyncOutcome) -> dict[str, Any]:
-    """The next request after Metacontroller wrote ``outcome``'s status."""
-    following = copy.deepcopy(dict(body))
-    following["parent"]["status"] = copy.deepcopy(outcome.body["status"])
-    return following
 
 
 def claims(
@@ -1775,11 +1755,8 @@ def test_kept_read_only_services_slices_and_cronjobs_are_what_they_were_observed
         read_only_service,
         request_body,
     )
-    from tests.readonly_helpers import run as run_with_groups
 
-    _, first = run_with_groups(
-        request_body(spec=seed_spec(backup=backup_fields())), cluster_answers(P0)
-    )
+    _, first = run(request_body(spec=seed_spec(backup=backup_fields())), cluster_answers(P0))
     (cronjob,) = observed(*(c for c in first.body["children"] if c["kind"] == "CronJob"))
     kept_objects = {
         ("v1", "Service"): read_only_service(),
@@ -1794,7 +1771,7 @@ def test_kept_read_only_services_slices_and_cronjobs_are_what_they_were_observed
         slices=[kept_objects[("discovery.k8s.io/v1", "EndpointSlice")]],
         cronjobs=[kept_objects[("batch/v1", "CronJob")]],
     )
-    _, outcome = run_with_groups(body, cluster_answers(P0) if routed else {})
+    _, outcome = run(body, cluster_answers(P0) if routed else {})
     replied = {
         (c["metadata"]["name"], c["apiVersion"], c["kind"], c["metadata"]["namespace"])
         for c in outcome.body["children"]
