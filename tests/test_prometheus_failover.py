@@ -36,9 +36,8 @@ import pytest
 import requests
 import yaml
 
-from devcluster import PatroniCluster
-from standin.gunicorn import GunicornHook, free_port, gunicorn_hook, stop
-from standin.harness import Rig, start_rig
+from standin.gunicorn import GunicornHook, free_port, stop
+from standin.harness import Rig
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
 
@@ -79,12 +78,6 @@ class Prometheus:
                 tail = self.log_path.read_text(errors="replace")[-2000:]
                 raise TimeoutError(f"Prometheus: no {what} within {timeout} s\n{tail}")
             time.sleep(0.2)
-
-
-@pytest.fixture(scope="module")
-def hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornHook]:
-    with gunicorn_hook(tmp_path_factory.mktemp("hook"), workers=2, threads=8) as running:
-        yield running
 
 
 @pytest.fixture
@@ -128,18 +121,6 @@ def prometheus(tmp_path: Path, hook: GunicornHook) -> Iterator[Prometheus]:
         yield running
     finally:
         stop(process, timeout=10)
-
-
-@pytest.fixture
-def rig(healthy_patroni_cluster: PatroniCluster, hook: GunicornHook) -> Iterator[Rig]:
-    running = start_rig(healthy_patroni_cluster, hook.url)
-    try:
-        leader = healthy_patroni_cluster.leader()
-        assert leader is not None
-        running.wait_selected(leader, timeout=10)
-        yield running
-    finally:
-        running.standin.stop()
 
 
 @dataclass
