@@ -120,6 +120,8 @@ def fed_back(body: Mapping[str, Any], outcome: SyncOutcome) -> dict[str, Any]:
 
 NAMESPACE = "databases"
 CLUSTER = "pg-orders"
+#: The members' Pod names (pg-orders-0 ...), as in the recorded requests.
+P0, P1, P2, P3 = (f"{CLUSTER}-{i}" for i in range(4))
 SERVICE_NAME = "pg-orders-primary"
 PARENT_UID = "6f1d8c3e-2b7a-4e59-9c0d-3a5b7e91f2c4"
 

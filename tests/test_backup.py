@@ -10,7 +10,7 @@ Test design notes
   ``pg_basebackup``/``pg_verifybackup``/``date`` first on ``PATH``, to prove the file
   handling: a backup is renamed only once verified, failures leave no partial directory and
   prune nothing, leftovers of a killed run are removed, pruning keeps the newest ``keep``
-  verified backups and touches nothing else. (tests/test_readonly_patroni.py runs the same
+  verified backups and touches nothing else. (tests/test_backup_patroni.py runs the same
   text against the real cluster with the real binaries.)
 """
 
@@ -27,9 +27,7 @@ import pytest
 from hooks import backup
 from hooks.schemas import CRONJOB_KEY, load_spec
 from hooks.sync import Decision, preserved
-from tests.helpers import PARENT_UID, fed_back, make_service, run, seed_spec
-from tests.readonly_helpers import (
-    P0,
+from tests.child_helpers import (
     backup_fields,
     children_of,
     cluster_answers,
@@ -37,6 +35,7 @@ from tests.readonly_helpers import (
     observed,
     request_body,
 )
+from tests.helpers import P0, PARENT_UID, fed_back, make_service, run, seed_spec
 from tests.test_manifests import restricted_problems
 from tests.test_sync import DOUBTS
 

@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hooks import backup
-from tests.helpers import run, seed_spec
-from tests.readonly_helpers import P0, children_of, cluster_answers, request_body
+from tests.child_helpers import children_of, cluster_answers, request_body
+from tests.helpers import P0, run, seed_spec
 from tests.test_manifests import restricted_problems
 
 #: The only keys of spec.backup.secretName the Pod may read (docs/deploy.md).

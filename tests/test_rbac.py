@@ -34,8 +34,8 @@ import pytest
 import yaml
 from flask.testing import FlaskClient
 
-from tests.helpers import fixture, run
-from tests.readonly_helpers import P0, backup_fields, cluster_answers, request_body, rs_spec
+from tests.child_helpers import backup_fields, cluster_answers, request_body, rs_spec
+from tests.helpers import P0, fixture, run
 from tests.test_manifests import K8S_VERSIONS, REPO, rendered
 
 HELM_VALUES = REPO / "deploy" / "metacontroller-values.yaml"

@@ -22,12 +22,8 @@ import kubernetes_validate
 import pytest
 
 from hooks.schemas import load_spec
-from tests.helpers import make_pod, run
-from tests.readonly_helpers import (
+from tests.child_helpers import (
     MIB,
-    P0,
-    P1,
-    P2,
     answer,
     backup_fields,
     children_of,
@@ -36,6 +32,7 @@ from tests.readonly_helpers import (
     request_body,
     rs_spec,
 )
+from tests.helpers import P0, P1, P2, make_pod, run
 from tests.test_manifests import (
     EXAMPLE_FULL,
     K8S_VERSION,

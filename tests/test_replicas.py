@@ -31,28 +31,9 @@ from hooks import replicas
 from hooks.members import MemberStatus
 from hooks.schemas import ENDPOINTSLICE_KEY, load_spec
 from hooks.sync import LAST_APPLIED_ANNOTATION, Decision, desired_service, preserved
-from tests.helpers import (
-    CLUSTER,
-    NAMESPACE,
-    NOW,
-    SERVICE_NAME,
-    down,
-    fed_back,
-    make_pod,
-    make_service,
-    member_ip,
-    run,
-    seed_spec,
-    without_resync,
-)
-from tests.patroni_wire import patroni_body
-from tests.readonly_helpers import (
+from tests.child_helpers import (
     LEADER_AT,
     MIB,
-    P0,
-    P1,
-    P2,
-    P3,
     READ_ONLY,
     SLICE,
     answer,
@@ -66,13 +47,32 @@ from tests.readonly_helpers import (
     rs_spec,
     slice_names,
 )
+from tests.helpers import (
+    CLUSTER,
+    NAMESPACE,
+    NOW,
+    P0,
+    P1,
+    P2,
+    P3,
+    SERVICE_NAME,
+    down,
+    fed_back,
+    make_pod,
+    make_service,
+    member_ip,
+    run,
+    seed_spec,
+    without_resync,
+)
+from tests.patroni_wire import patroni_body
 from tests.test_sync import DOUBTS, Doubt
 
 PRIMARY = make_service(pod=P0)
 
 
 def _body(name: str, **changes: Any) -> dict[str, Any]:
-    """A streaming, caught-up replica's answer (as readonly_helpers.answer), changed."""
+    """A streaming, caught-up replica's answer (as child_helpers.answer), changed."""
     body = patroni_body("replica", name=name)
     body["patroni"]["scope"] = CLUSTER
     body["xlog"] = {"received_location": LEADER_AT, "replayed_location": LEADER_AT, "paused": False}

@@ -33,6 +33,9 @@ from hooks.sync import Decision, SyncOutcome
 from tests.helpers import (
     CLUSTER,
     NOW,
+    P0,
+    P1,
+    P2,
     POD_NAME_LABEL,
     SELECTOR,
     TIMING,
@@ -51,7 +54,6 @@ from tests.helpers import (
 from tests.helpers import run as run_pipeline
 from tests.patroni_wire import patroni_body
 
-P0, P1, P2 = (f"{CLUSTER}-{i}" for i in range(3))
 NAMES = (P0, P1, P2)
 SPILO = {"roleLabel": {"key": "spilo-role", "leaderValue": "master"}}
 

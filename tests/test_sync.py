@@ -55,6 +55,9 @@ from tests.helpers import (
     INVALID_SPECS,
     NAMESPACE,
     NOW,
+    P0,
+    P1,
+    P2,
     POD_NAME_LABEL,
     SELECTOR,
     SERVICE_NAME,
@@ -81,7 +84,6 @@ NOW_STAMP = "2026-08-20T10:00:00Z"
 LATER = NOW + timedelta(minutes=7, seconds=13)
 EARLIER_STAMP = "2026-08-20T09:00:00Z"
 
-P0, P1, P2, P3 = (f"{CLUSTER}-{i}" for i in range(4))
 MANAGED_BY = {"app.kubernetes.io/managed-by": "pg-failover-hook"}
 
 #: Fields the API server owns or allocates: never in a child of a reply.
@@ -1747,7 +1749,7 @@ def test_kept_read_only_services_slices_and_cronjobs_are_what_they_were_observed
     # The same rule for the children hooks.replicas and hooks.backup keep (the spec no
     # longer asks for them, so they are kept as they are / suspended): each comes back
     # as its children group's GVK, in the parent's namespace, whatever it claims.
-    from tests.readonly_helpers import (
+    from tests.child_helpers import (
         backup_fields,
         cluster_answers,
         listed_slice,

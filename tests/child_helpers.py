@@ -20,6 +20,9 @@ from standin.apply import World, apply_reply
 from tests.helpers import (
     CLUSTER,
     NAMESPACE,
+    P0,
+    P1,
+    P2,
     PARENT_UID,
     make_pod,
     member_ip,
@@ -28,7 +31,6 @@ from tests.helpers import (
 )
 from tests.patroni_wire import patroni_body
 
-P0, P1, P2, P3 = (f"{CLUSTER}-{i}" for i in range(4))
 READ_ONLY = "pg-orders-replicas"
 SLICE = f"{READ_ONLY}-ipv4"
 MIB = 1024 * 1024
