@@ -25,13 +25,7 @@ pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
 
 
 def test_graceful_stop_of_the_leader_moves_the_service(rig: Rig) -> None:
-    cluster = rig.cluster
-    old = cluster.leader()
-    assert old is not None
-    with cluster.watch_leader(exclude={old}) as watch:
-        cluster.stop_member_gracefully(old, wait=False)
-        rig.pod_changed(old, ready=False)
-        election = watch.result(timeout=30)
+    election = rig.lose_leader("graceful", timeout=30).election
     moved = rig.wait_selected(election.name, timeout=10)
     assert moved.finished - election.first_primary < 2.5
     assert rig.selected() == [election.name]
@@ -39,13 +33,7 @@ def test_graceful_stop_of_the_leader_moves_the_service(rig: Rig) -> None:
 
 
 def test_sigkill_of_the_leader_moves_the_service_after_the_ttl(rig: Rig) -> None:
-    cluster = rig.cluster
-    old = cluster.leader()
-    assert old is not None
-    with cluster.watch_leader(exclude={old}) as watch:
-        killed_at = cluster.kill_member(old)
-        rig.pod_changed(old, ready=False)
-        election = watch.result(timeout=60)
+    old, killed_at, election = rig.lose_leader("kill", timeout=60)
     moved = rig.wait_selected(election.name, timeout=10)
     # Until Patroni promoted someone, every sync kept the Service on the dead leader and
     # asked for a fast resync.

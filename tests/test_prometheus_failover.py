@@ -153,7 +153,6 @@ class AlertLog:
 def test_the_no_leader_alert_is_pending_during_the_ttl_window_and_resolves_after_the_move(
     rig: Rig, prometheus: Prometheus
 ) -> None:
-    cluster = rig.cluster
     # Prometheus scrapes the hook and evaluates the hook's rules; nothing is active yet.
     prometheus.wait(
         "scrape of the hook",
@@ -178,12 +177,7 @@ def test_the_no_leader_alert_is_pending_during_the_ttl_window_and_resolves_after
     poller = threading.Thread(target=log.run, name="alert-poller", daemon=True)
     poller.start()
     try:
-        old = cluster.leader()
-        assert old is not None
-        with cluster.watch_leader(exclude={old}) as watch:
-            killed_at = cluster.kill_member(old)
-            rig.pod_changed(old, ready=False)
-            election = watch.result(timeout=60)
+        _, killed_at, election = rig.lose_leader("kill", timeout=60)
         moved = rig.wait_selected(election.name, timeout=10)
         # Resolved: not active any more, a few scrapes after the Service moved.
         prometheus.wait(

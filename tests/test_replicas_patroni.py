@@ -51,12 +51,7 @@ def replicas_routed(rig: Rig) -> dict[str, Any]:
 
 def test_the_read_only_endpoints_follow_a_failover(rig: Rig) -> None:
     cluster = rig.cluster
-    old = cluster.leader()
-    assert old is not None
-    with cluster.watch_leader(exclude={old}) as watch:
-        cluster.stop_member_gracefully(old, wait=False)
-        rig.pod_changed(old, ready=False)
-        election = watch.result(timeout=30)
+    old, _, election = rig.lose_leader("graceful", timeout=30)
     new = election.name
     (remaining,) = [n for n in cluster.names() if n not in (old, new)]
     # The promoted member leaves the read-only endpoints in the reply that moves the
