@@ -36,7 +36,7 @@ from tests.child_helpers import (
     request_body,
 )
 from tests.helpers import P0, PARENT_UID, fed_back, make_service, run, seed_spec
-from tests.test_manifests import restricted_problems
+from tests.manifest_helpers import restricted_problems
 from tests.test_sync import DOUBTS
 
 PRIMARY = make_service(pod=P0)

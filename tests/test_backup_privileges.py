@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from hooks import backup
 from tests.child_helpers import children_of, cluster_answers, request_body
 from tests.helpers import P0, run, seed_spec
-from tests.test_manifests import restricted_problems
+from tests.manifest_helpers import restricted_problems
 
 #: The only keys of spec.backup.secretName the Pod may read (docs/deploy.md).
 SECRET_KEYS = {"username", "password"}

@@ -15,7 +15,7 @@ import pytest
 
 from hooks.schemas import load_spec
 from tests.child_helpers import MIB, backup_fields, rs_spec
-from tests.test_manifests import crd_schema, pruned_fields, validate_cr, with_defaults
+from tests.manifest_helpers import crd_schema, pruned_fields, validate_cr, with_defaults
 
 
 def cr(spec: dict[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from tests.child_helpers import (
     request_body,
 )
 from tests.helpers import P0, P1, P2, make_pod, run
-from tests.test_manifests import (
+from tests.manifest_helpers import (
     EXAMPLE_FULL,
     K8S_VERSION,
     K8S_VERSIONS,

@@ -36,7 +36,7 @@ from flask.testing import FlaskClient
 
 from tests.child_helpers import backup_fields, cluster_answers, request_body, rs_spec
 from tests.helpers import P0, fixture, run
-from tests.test_manifests import K8S_VERSIONS, REPO, rendered
+from tests.manifest_helpers import K8S_VERSIONS, REPO, rendered
 
 HELM_VALUES = REPO / "deploy" / "metacontroller-values.yaml"
 #: The lease Metacontroller's leader election holds (--leader-election-id's default).

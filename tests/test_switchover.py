@@ -535,7 +535,7 @@ def test_the_spec_loads_with_every_default() -> None:
 
 
 def test_the_bounds_are_the_crds() -> None:
-    from tests.test_manifests import crd_schema
+    from tests.manifest_helpers import crd_schema
 
     node = crd_schema()["properties"]["spec"]["properties"]["switchover"]["properties"]
     for name in ("pollSeconds", "eventDrivenResyncSeconds"):
@@ -551,7 +551,7 @@ def test_the_bounds_are_the_crds() -> None:
 
 
 def test_detection_values_are_the_crds_enum() -> None:
-    from tests.test_manifests import crd_schema
+    from tests.manifest_helpers import crd_schema
 
     enum = crd_schema()["properties"]["status"]["properties"]["switchoverDetection"]["enum"]
     assert enum == [d.value for d in Detection]
