@@ -126,6 +126,22 @@ SERVICE_NAME = "pg-orders-primary"
 PARENT_UID = "6f1d8c3e-2b7a-4e59-9c0d-3a5b7e91f2c4"
 
 
+def claims(
+    name: str, role: str = "replica", state: str = "running", timeline: int = 1
+) -> MemberStatus:
+    """A member answering HTTP 200 on /primary with the given role and state."""
+    return MemberStatus.from_api_response(
+        name, 200, patroni_body(role, state, timeline=timeline, name=name)
+    )
+
+
+def healthy(
+    leading: str = P0, timeline: int = 1, names: Sequence[str] = (P0, P1, P2)
+) -> dict[str, MemberStatus]:
+    """The leader ``leading`` and streaming replicas, as each answers on /primary."""
+    return {n: leader(n, timeline) if n == leading else replica(n, timeline) for n in names}
+
+
 def spread(period: float, now: datetime, body: Mapping[str, Any] | None = None) -> float:
     """The phase-spread healthy resync the hook answers at ``now`` for ``body``'s parent.
 

@@ -35,9 +35,9 @@ from tests.child_helpers import (
     observed,
     request_body,
 )
+from tests.doubts import DOUBTS
 from tests.helpers import P0, PARENT_UID, fed_back, make_service, run, seed_spec
 from tests.manifest_helpers import restricted_problems
-from tests.test_sync import DOUBTS
 
 PRIMARY = make_service(pod=P0)
 CRONJOB = "pg-orders-backup"

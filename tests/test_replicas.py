@@ -47,6 +47,7 @@ from tests.child_helpers import (
     rs_spec,
     slice_names,
 )
+from tests.doubts import DOUBTS, Doubt
 from tests.helpers import (
     CLUSTER,
     NAMESPACE,
@@ -66,7 +67,6 @@ from tests.helpers import (
     without_resync,
 )
 from tests.patroni_wire import patroni_body
-from tests.test_sync import DOUBTS, Doubt
 
 PRIMARY = make_service(pod=P0)
 
