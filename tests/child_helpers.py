@@ -14,7 +14,7 @@ from typing import Any
 
 from hooks import replicas
 from hooks.members import MemberStatus
-from hooks.schemas import CRONJOB_KEY, ENDPOINTSLICE_KEY, JOB_KEY
+from hooks.model import CRONJOB_KEY, ENDPOINTSLICE_KEY, JOB_KEY
 from hooks.sync import SyncOutcome
 from standin.apply import World, apply_reply
 from tests.helpers import (
