@@ -310,11 +310,16 @@ def _named(types: set[str], text: str) -> list[str]:
     return sorted(t for t in types if not re.search(rf"\b{t}\b", text))
 
 
-def test_the_readme_names_every_condition_type() -> None:
+def readme_conditions() -> str:
+    """The README's list of conditions: from 'Conditions (' to the end of its bullets."""
     text = README.read_text(encoding="utf-8")
-    match = re.search(r"^Conditions \(.*?(?=\n\n)", text, flags=re.MULTILINE | re.DOTALL)
+    match = re.search(r"^Conditions \(.*?(?=\n\n(?!- ))", text, flags=re.MULTILINE | re.DOTALL)
     assert match, "the README has a paragraph starting 'Conditions (' listing the types"
-    missing = _named(condition_types(), match.group(0))
+    return match.group(0)
+
+
+def test_the_readme_names_every_condition_type() -> None:
+    missing = _named(condition_types(), readme_conditions())
     assert missing == [], f"the README's condition list lacks {missing}"
 
 
@@ -429,3 +434,10 @@ def test_no_reference_to_an_issue_number() -> None:
         for match in ISSUE.finditer((REPO / path).read_text(errors="replace"))
     ]
     assert found == [], f"say what the issue was about, not its number: {found}"
+
+
+def test_every_reason_the_readme_names_exists() -> None:
+    reasons, types = emitted()
+    words = set(re.findall(r"`([A-Z][a-z][A-Za-z]*)`", readme_conditions()))
+    stale = sorted(words - set(reasons) - types - {"True", "False", "Unknown"})
+    assert stale == [], f"the README names reasons the code does not set: {stale}"
