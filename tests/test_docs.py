@@ -198,9 +198,8 @@ def read_by_the_hook() -> set[str]:
     """Every environment variable the hook's code reads (the plugin is a separate tool)."""
     names: set[str] = set()
     for path in tree():
-        if path.startswith("hooks/") and path.endswith(".py"):
-            if not path.startswith("hooks/plugin/"):
-                names |= names_in((REPO / path).read_text(encoding="utf-8"))
+        if path.startswith("hooks/") and path.endswith(".py") and "/plugin/" not in path:
+            names |= names_in((REPO / path).read_text(encoding="utf-8"))
     return names
 
 
