@@ -87,7 +87,21 @@ def layout_rows(text: str) -> Iterator[tuple[list[str], str]]:
         if not match:
             in_table = False
             continue
-        yield re.findall(r"`([^`]+)`", match.group(1)), match.group(2).strip()
+        yield _expand(re.findall(r"`([^`]+)`", match.group(1))), match.group(2).strip()
+
+
+def _expand(paths: list[str]) -> list[str]:
+    """``hooks/config.py``, ``logs.py`` in one cell: a bare name is in the previous one's
+    directory (``hooks/logs.py``)."""
+    expanded: list[str] = []
+    directory = ""
+    for path in paths:
+        if "/" not in path.rstrip("/") and directory:
+            path = directory + path
+        elif "/" in path.rstrip("/"):
+            directory = path if path.endswith("/") else path.rsplit("/", 1)[0] + "/"
+        expanded.append(path)
+    return expanded
 
 
 def listed() -> dict[str, str]:
@@ -143,6 +157,16 @@ def test_every_path_a_layout_table_lists_exists() -> None:
     assert stale == [], f"layout tables list paths that do not exist: {stale}"
 
 
+def test_no_path_has_two_rows() -> None:
+    """One job per module: after a merge, the old row and the new one are not both kept."""
+    seen: list[str] = []
+    for doc, base in LAYOUT_TABLES.items():
+        for paths, _ in layout_rows((REPO / doc).read_text(encoding="utf-8")):
+            seen += [base + path for path in paths]
+    twice = sorted({path for path in seen if seen.count(path) > 1})
+    assert twice == [], f"listed more than once: {twice}"
+
+
 def test_every_layout_row_says_what_it_is() -> None:
     for doc in LAYOUT_TABLES:
         for paths, what in layout_rows((REPO / doc).read_text(encoding="utf-8")):
@@ -154,6 +178,10 @@ def test_the_layout_check_catches_a_new_module_and_a_stale_row() -> None:
     text = "| path | what |\n|---|---|\n| `hooks/a.py` | the a of it all |\n| `gone/` | x |\n\n"
     rows = list(layout_rows(text + "| `not/in/a/table.py` | no |\n"))
     assert rows == [(["hooks/a.py"], "the a of it all"), (["gone/"], "x")]
+    shorthand = "| path | what |\n|---|---|\n| `hooks/a.py`, `b.py`, `deploy/x/`, `y.yaml` | z |\n"
+    assert list(layout_rows(shorthand)) == [
+        (["hooks/a.py", "hooks/b.py", "deploy/x/", "deploy/x/y.yaml"], "z")
+    ]
     paths = {p for ps, _ in rows for p in ps}
     assert not covered("hooks/b.py", paths)
     assert covered("hooks/", paths) and not covered("hooks/plugin/", paths)
