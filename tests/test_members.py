@@ -404,6 +404,7 @@ def test_the_verdict_values_are_stable_metric_labels() -> None:
         ("4.2.0.dev1", (4, 2, 0)),
         ("4.2.0rc1", (4, 2, 0)),
         ("4.2rc1", (4, 2)),
+        ("4.dev1", (4,)),
         ("4.1.5.2", (4, 1, 5)),
         ("4", (4,)),
         ("", None),
