@@ -701,6 +701,18 @@ def test_preserved_copies_other_kinds_without_server_fields() -> None:
     assert preserved(config_map()) == PRESERVED_CONFIG_MAP
 
 
+def test_only_a_service_s_spec_loses_the_fields_the_api_server_allocates_to_services() -> None:
+    """Another kind's spec is its own: a field named like a Service's (``clusterIP``,
+    ``nodePort``) is kept as it was observed."""
+    custom = {
+        "apiVersion": "example.com/v1",
+        "kind": "Proxy",
+        "metadata": {"name": "pg-orders-proxy", "namespace": NAMESPACE},
+        "spec": {"clusterIP": "10.96.0.9", "ports": [{"port": 5432, "nodePort": 30432}]},
+    }
+    assert preserved(custom) == custom
+
+
 # ============================================================ renamed serviceRef
 
 
