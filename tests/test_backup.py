@@ -16,6 +16,7 @@ Test design notes
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -25,7 +26,7 @@ from typing import Any
 import pytest
 
 from hooks import backup
-from hooks.model import BACKUP_OF_LABEL, CRONJOB_KEY
+from hooks.model import BACKUP_OF_LABEL, CRONJOB_KEY, LAST_APPLIED_ANNOTATION
 from hooks.schemas import load_spec
 from hooks.sync import Decision, preserved
 from tests.child_helpers import (
@@ -317,6 +318,31 @@ def test_after_backup_is_removed_the_cronjob_is_kept_but_suspended() -> None:
         "spec.backup is not set; CronJob pg-orders-backup is kept but suspended until it is "
         "deleted by hand or with the PostgreSQLCluster"
     )
+
+
+def test_after_backup_is_removed_the_status_still_follows_the_jobs() -> None:
+    (stored,) = observed(cronjob_of(request_body(spec=spec_with())))
+    body = request_body(
+        spec=seed_spec(), cronjobs=[stored], jobs=[NEWER_JOB], status={"backup": RECORDED}
+    )
+    _, outcome = run(body, cluster_answers(P0))
+    assert outcome.body["status"]["backup"]["lastSuccessful"]["job"] == "pg-orders-backup-29010"
+
+
+def test_a_removed_cronjob_recorded_without_a_spec_is_suspended_all_the_same() -> None:
+    (stored,) = observed(cronjob_of(request_body(spec=spec_with())))
+    applied = json.loads(stored["metadata"]["annotations"][LAST_APPLIED_ANNOTATION])
+    del applied["spec"]
+    stored["metadata"]["annotations"][LAST_APPLIED_ANNOTATION] = json.dumps(applied)
+    _, outcome = run(request_body(spec=seed_spec(), cronjobs=[stored]), cluster_answers(P0))
+    assert children_of(outcome, "CronJob")[CRONJOB]["spec"] == {"suspend": True}
+
+
+def test_another_cronjob_of_the_cluster_is_kept_as_it_is() -> None:
+    (stored,) = observed(cronjob_of(request_body(spec=spec_with())))
+    other = {**stored, "metadata": {**stored["metadata"], "name": "pg-orders-backup-old"}}
+    _, outcome = run(request_body(spec=spec_with(), cronjobs=[stored, other]), cluster_answers(P0))
+    assert children_of(outcome, "CronJob")["pg-orders-backup-old"] == preserved(other)
 
 
 def test_after_backup_is_removed_every_cronjob_is_named() -> None:
