@@ -858,6 +858,23 @@ def test_each_address_family_has_its_own_slice_and_a_slice_is_never_dropped() ->
     assert slices[f"{READ_ONLY}-ipv6"]["endpoints"] is None
 
 
+def test_another_slice_of_the_read_only_service_is_emptied_not_dropped() -> None:
+    extra = listed_slice([P1])
+    extra["metadata"]["name"] = f"{READ_ONLY}-old"
+    body = request_body(slices=[listed_slice([P1, P2]), extra])
+    _, outcome = run(body, routed())
+    slices = children_of(outcome, "EndpointSlice")
+    assert slices[f"{READ_ONLY}-old"] == {**preserved(extra), "endpoints": None}
+    assert slice_names(slices[SLICE]) == [P1, P2]
+
+
+def test_a_slice_of_ours_for_a_service_we_do_not_plan_is_kept_as_it_is() -> None:
+    stray = listed_slice([P1], service="pg-orders-elsewhere")
+    body = request_body(slices=[listed_slice([P1, P2]), stray])
+    _, outcome = run(body, routed())
+    assert children_of(outcome, "EndpointSlice")[stray["metadata"]["name"]] == preserved(stray)
+
+
 # ========================================================== rules over scenarios
 
 
