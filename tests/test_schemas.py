@@ -631,3 +631,8 @@ def test_a_related_job_under_another_name_is_a_broken_request() -> None:
     with pytest.raises(RequestError) as raised:
         load_sync_request(body)
     assert str(raised.value) == "invalid sync request: Job.batch/v1['a'] has metadata.name 'b'"
+
+
+@pytest.mark.parametrize("spec", ["x", [], None, 5])
+def test_a_spec_that_is_not_an_object_is_one_problem(spec: object) -> None:
+    assert load_spec(spec) == (None, (SpecProblem("spec", "must be an object"),))
