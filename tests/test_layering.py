@@ -36,6 +36,10 @@ ROOT = Path(__file__).resolve().parent.parent
 HOOKS = ROOT / "hooks"
 CORE = (
     "hooks.model",
+    "hooks.part_schemas",
+    "hooks.spec_fields",
+    "hooks.envelope",
+    "hooks.jsonbody",
     "hooks.sync",
     "hooks.members",
     "hooks.schemas",
@@ -169,6 +173,10 @@ def test_the_core_reaches_only_the_pure_hooks_modules() -> None:
         "hooks.members",
         "hooks.schemas",
         "hooks.model",
+        "hooks.part_schemas",
+        "hooks.spec_fields",
+        "hooks.envelope",
+        "hooks.jsonbody",
         "hooks.replicas",
         "hooks.backup",
         "hooks.policy",

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from hooks.envelope import load_sync_request
 from hooks.members import MemberStatus
 from hooks.model import (
     MAX_POLL_SECONDS,
@@ -28,7 +29,7 @@ from hooks.model import (
     RoleLabelSpec,
     SwitchoverSpec,
 )
-from hooks.schemas import load_spec, load_sync_request
+from hooks.schemas import load_spec
 from hooks.switchover import Detection
 from hooks.sync import Decision, SyncOutcome, probe_targets, reconcile
 from tests.helpers import (
