@@ -31,14 +31,9 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
-from hooks import manifests
-from hooks.schemas import QUANTITY, ClusterSpec
+from hooks.model import BACKUP_OF_LABEL, MANAGED_BY, MANAGED_BY_LABEL, QUANTITY, ClusterSpec
 
 CONDITION = "BackupScheduled"
-#: On the Jobs (through the CronJob's jobTemplate): ``<parent uid>``.
-BACKUP_OF_LABEL = "pg-failover-hook.adg.io/backup-of"
-MANAGED_BY_LABEL = manifests.MANAGED_BY_LABEL
-MANAGED_BY = manifests.MANAGED_BY
 CONTAINER = "basebackup"
 MOUNT_PATH = "/backups"
 #: CronJob names longer than 52 characters are refused (the Job name adds 11).

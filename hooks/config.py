@@ -1,7 +1,7 @@
 """The hook's own settings, read once from the environment at start-up.
 
 Everything here is per hook deployment, not per cluster: the per-cluster knobs live
-in the PostgreSQLCluster spec (see :mod:`hooks.schemas`).
+in the PostgreSQLCluster spec (see :mod:`hooks.model`, loaded by :mod:`hooks.schemas`).
 """
 
 from __future__ import annotations
@@ -12,26 +12,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from hooks.model import ResyncTiming
 from hooks.policy import ProbePolicy, parse_networks, parse_ports
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class ResyncTiming:
-    """How soon Metacontroller should call again (``resyncAfterSeconds``).
-
-    A planned Patroni switchover changes no Kubernetes object, so with an etcd or
-    Consul DCS nothing but this timer makes Metacontroller call us again: ``healthy``
-    bounds how long the Service can lag a switchover. ``degraded`` is used while there
-    is no confirmed leader, so the new one is picked up a fraction of a second after
-    Patroni promotes it. ``healthy`` is a period: each reply asks for the time to the
-    cluster's own slot of it (:func:`hooks.switchover.spread_resync`), so one resync may
-    be up to one and a half periods (right after a restart), then one period.
-    """
-
-    healthy: float = 1.0
-    degraded: float = 0.3
 
 
 #: ``token``: bearer token required. ``mtls``: verified client certificate required.

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from hooks.schemas import SyncRequest
+from hooks.model import SyncRequest
 from hooks.sync import CONDITION_READY, Decision, SyncOutcome
 
 log = logging.getLogger("hooks.events")

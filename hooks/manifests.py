@@ -9,10 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from hooks.schemas import ServicePort
-
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "pg-failover-hook"
+from hooks.model import MANAGED_BY, MANAGED_BY_LABEL, ServicePort
 
 
 def service(

@@ -49,8 +49,8 @@ from urllib3.util.ssl_match_hostname import CertificateError
 
 from hooks.config import PatroniTLS
 from hooks.members import MemberStatus, ProbeTarget
+from hooks.model import LEADER_PATHS
 from hooks.policy import ProbePolicy
-from hooks.schemas import LEADER_PATHS
 
 _CHUNK = 8192
 _TIMEOUTS = frozenset({"connect timeout", "read timeout"})

@@ -66,23 +66,22 @@ from typing import Any
 
 from hooks import manifests
 from hooks.members import REPLICATION_STATE_SINCE, MemberStatus
-from hooks.schemas import ClusterSpec, ReplicaServiceSpec
+from hooks.model import (
+    LAST_APPLIED_ANNOTATION,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    READ_ONLY,
+    READ_ONLY_LABEL,
+    SERVICE_NAME_LABEL,
+    SLICE_MANAGED_BY_LABEL,
+    SLICE_MANAGER,
+    ClusterSpec,
+    ReplicaServiceSpec,
+)
 
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 CONDITION = "ReplicasRouted"
-#: Marks our read-only Services (a primary Service never carries it).
-READ_ONLY_LABEL = "pg-failover-hook.adg.io/service"
-READ_ONLY = "read-only"
-#: The labels kube-proxy and the EndpointSlice controllers read.
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
-SLICE_MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
-#: Not "endpointslice-controller.k8s.io": Kubernetes' own controller must leave ours alone.
-SLICE_MANAGER = "pg-failover-hook.adg.io"
-#: One definition for every child (hooks.manifests).
-MANAGED_BY_LABEL = manifests.MANAGED_BY_LABEL
-MANAGED_BY = manifests.MANAGED_BY
-_LAST_APPLIED = "metacontroller.k8s.io/last-applied-configuration"
 
 
 class Reason(enum.Enum):
@@ -569,7 +568,7 @@ def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 def _applied(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     annotations = _metadata(obj).get("annotations")
-    raw = annotations.get(_LAST_APPLIED) if isinstance(annotations, Mapping) else None
+    raw = annotations.get(LAST_APPLIED_ANNOTATION) if isinstance(annotations, Mapping) else None
     if not isinstance(raw, str):
         return None
     try:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from marshmallow import (
@@ -30,25 +29,28 @@ from marshmallow import (
     validates_schema,
 )
 
-SERVICE_KEY = "Service.v1"
-POD_KEY = "Pod.v1"
-#: Children and related objects of the read-only endpoints and the scheduled backups
-#: (Metacontroller's keys: ``<Kind>.<group>/<version>`` outside the core group).
-ENDPOINTSLICE_KEY = "EndpointSlice.discovery.k8s.io/v1"
-CRONJOB_KEY = "CronJob.batch/v1"
-JOB_KEY = "Job.batch/v1"
-
-#: Patroni REST paths that answer 200 only on the leader, with the roles that the
-#: leader reports there. Any other path would route to something that is not the
-#: leader (``/replica``) or answer 503 everywhere (a typo): refuse it up front.
-LEADER_PATHS: Mapping[str, frozenset[str]] = {
-    "/primary": frozenset({"primary"}),
-    "/master": frozenset({"primary"}),
-    "/read-write": frozenset({"primary"}),
-    "/leader": frozenset({"primary", "standby_leader"}),
-    "/standby-leader": frozenset({"standby_leader"}),
-    "/standby_leader": frozenset({"standby_leader"}),
-}
+from hooks.model import (
+    CRONJOB_KEY,
+    DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS,
+    DEFAULT_MAX_LAG_BYTES,
+    ENDPOINTSLICE_KEY,
+    JOB_KEY,
+    LEADER_PATHS,
+    MAX_POLL_SECONDS,
+    MIN_POLL_SECONDS,
+    POD_KEY,
+    QUANTITY,
+    SERVICE_KEY,
+    WHEN_NO_REPLICA,
+    BackupSpec,
+    ClusterSpec,
+    ReplicaServiceSpec,
+    RoleLabelSpec,
+    ServicePort,
+    SpecProblem,
+    SwitchoverSpec,
+    SyncRequest,
+)
 
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
@@ -119,155 +121,6 @@ class _StrictBoolean(fields.Boolean):
         if not isinstance(value, bool):
             raise self.make_error("invalid", input=value)
         return value
-
-
-@dataclass(frozen=True, slots=True)
-class ServicePort:
-    """One port of the primary Service."""
-
-    name: str
-    port: int
-    target_port: int | str
-    protocol: str = "TCP"
-
-    def as_manifest(self) -> dict[str, Any]:
-        """The port as a Service lists it (only the fields we own, as the API stores them)."""
-        return {
-            "name": self.name,
-            "port": self.port,
-            "targetPort": self.target_port,
-            "protocol": self.protocol,
-        }
-
-
-#: What the read-only endpoints list when no replica qualifies (see hooks/replicas.py).
-WHEN_NO_REPLICA = ("KeepEndpoints", "UseLeader", "Empty")
-DEFAULT_MAX_LAG_BYTES = 16 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaServiceSpec:
-    """``spec.replicaService``: a selector-less Service whose EndpointSlice the hook writes."""
-
-    name: str
-    max_lag_bytes: int = DEFAULT_MAX_LAG_BYTES
-    when_no_replica: str = "KeepEndpoints"
-    #: List replicas whose WAL replay is paused (``xlog.paused``); off: they serve old data.
-    include_paused_replicas: bool = False
-    service_type: str = "ClusterIP"
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class BackupSpec:
-    """``spec.backup``: a CronJob that takes verified base backups from the primary."""
-
-    schedule: str
-    image: str
-    pvc_name: str
-    secret_name: str
-    keep: int = 3
-    run_as_user: int = 999
-    active_deadline_seconds: int = 6 * 3600
-    #: ``{"requests": {...}, "limits": {...}}``, quantities as the user wrote them.
-    resources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-
-
-#: ``spec.switchover`` bounds: the poll is never faster than the degraded resync's default
-#: (PGFH_RESYNC_DEGRADED_SECONDS, 0.3 s) and never slower than five minutes.
-MIN_POLL_SECONDS = 0.3
-MAX_POLL_SECONDS = 300.0
-DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class RoleLabelSpec:
-    """``spec.switchover.roleLabel``: a role label that something other than Patroni keeps."""
-
-    key: str
-    leader_value: str = "primary"
-    replica_value: str = "replica"
-
-
-@dataclass(frozen=True, slots=True)
-class SwitchoverSpec:
-    """``spec.switchover``: how soon a healthy cluster is looked at again (hooks.switchover)."""
-
-    #: The healthy resync while polled; ``None``: the operator's PGFH_RESYNC_HEALTHY_SECONDS.
-    poll_seconds: float | None = None
-    #: The healthy resync while every member Pod's role label agrees with Patroni.
-    event_driven_resync_seconds: float = DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS
-    #: ``None``: Patroni's own Kubernetes-DCS label ``role`` plus its ``status`` annotation.
-    role_label: RoleLabelSpec | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterSpec:
-    """A validated ``PostgreSQLCluster.spec`` with every default filled in."""
-
-    primary_selector: Mapping[str, str]
-    service_name: str
-    health_check_path: str = "/primary"
-    patroni_port: int = 8008
-    patroni_scheme: str = "http"
-    connect_timeout: float = 0.5
-    read_timeout: float = 1.0
-    #: Route only to a member whose ``patroni.name`` equals its pod's name.
-    verify_member_name: bool = True
-    #: https: verify the members' certificates against this DNS name, not the pod IP.
-    patroni_server_name: str | None = None
-    service_type: str = "ClusterIP"
-    service_ports: tuple[ServicePort, ...] = (ServicePort("postgresql", 5432, 5432),)
-    service_labels: Mapping[str, str] = field(default_factory=dict)
-    service_annotations: Mapping[str, str] = field(default_factory=dict)
-    #: ``spec.replicaService``: the read-only Service, if asked for.
-    replica_service: ReplicaServiceSpec | None = None
-    #: ``spec.backup``: the scheduled base backups, if asked for.
-    backup: BackupSpec | None = None
-    #: ``spec.switchover``: poll and event-driven resyncs, the role label to trust.
-    switchover: SwitchoverSpec = field(default_factory=SwitchoverSpec)
-
-    @property
-    def leader_roles(self) -> frozenset[str]:
-        """The roles a leader reports on this spec's health-check path."""
-        return LEADER_PATHS[self.health_check_path]
-
-
-@dataclass(frozen=True, slots=True)
-class SpecProblem:
-    """One reason the spec is invalid: a dotted field path and a message."""
-
-    field: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class SyncRequest:
-    """A sync or finalize request, checked and reduced to what the decision needs."""
-
-    parent: Mapping[str, Any]
-    namespace: str
-    name: str
-    generation: int | None
-    spec: ClusterSpec | None
-    spec_problems: tuple[SpecProblem, ...]
-    #: Observed Service children, by name.
-    services: Mapping[str, Mapping[str, Any]]
-    #: Observed children of other types (kept verbatim so a reply never drops them).
-    other_children: Mapping[str, Mapping[str, Mapping[str, Any]]]
-    #: Related Patroni Pods, by name.
-    pods: Mapping[str, Mapping[str, Any]]
-    finalizing: bool
-    #: The parent's ``metadata.uid`` (labels the backup Jobs).
-    uid: str | None = None
-    #: Related backup Jobs, by name; ``None`` when the request has no such group.
-    jobs: Mapping[str, Mapping[str, Any]] | None = None
-
-    @property
-    def cluster(self) -> str:
-        """``namespace/name`` of the parent, for logs and metrics."""
-        return f"{self.namespace}/{self.name}"
 
 
 # --------------------------------------------------------------------------- spec
@@ -434,9 +287,6 @@ _CRON_FIELD = r"[0-9A-Za-z*?/,-]+"
 #: Five cron fields or one of the macros CronJob accepts (no ``TZ=``: use the cluster's zone).
 _CRON_MACRO = "@(annually|yearly|monthly|weekly|daily|midnight|hourly)"
 _CRON_SCHEDULE = re.compile(rf"^({_CRON_MACRO}|{_CRON_FIELD}( +{_CRON_FIELD}){{4}})$")
-#: A Kubernetes resource quantity without a sign (``500m``, ``1.5``, ``256Mi``, ``1e3``).
-_DECIMAL = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-QUANTITY = re.compile(rf"^{_DECIMAL}(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?{_DECIMAL}))?$")
 
 
 class _ReplicaServiceSchema(Schema):

@@ -45,20 +45,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hooks.config import ResyncTiming
 from hooks.members import MemberStatus
-from hooks.schemas import ClusterSpec, RoleLabelSpec
+from hooks.model import (
+    PATRONI_LEADER_VALUES,
+    PATRONI_REPLICA_VALUES,
+    PATRONI_ROLE_LABEL,
+    STATUS_ANNOTATION,
+    ClusterSpec,
+    ResyncTiming,
+    RoleLabelSpec,
+)
 
 #: The status condition that explains the mode.
 CONDITION = "SwitchoverDetection"
-#: Patroni's own Pod annotation with the member's JSON (``touch_member``).
-STATUS_ANNOTATION = "status"
-#: Without ``spec.switchover.roleLabel``: Patroni's Kubernetes-DCS defaults. ``master`` is
-#: what Patroni 3 wrote, and what Patroni 4 writes with ``leader_label_value: master``
-#: (its documented way to upgrade without moving Services).
-PATRONI_ROLE_LABEL = "role"
-PATRONI_LEADER_VALUES = frozenset({"primary", "master"})
-PATRONI_REPLICA_VALUES = frozenset({"replica"})
 #: Roles as the ``status`` annotation and the REST API spell them; Patroni 3 said master.
 _ROLE_ALIASES = {"master": "primary"}
 #: At most this many Pods are named in a message (the rest are counted).

@@ -35,17 +35,18 @@ from typing import Any
 
 from hooks import backup as backups
 from hooks import manifests, replicas, switchover
-from hooks.config import ResyncTiming
 from hooks.members import MEMBER_NAME_SINCE, MemberStatus, ProbeTarget
+from hooks.model import (
+    CRONJOB_KEY,
+    ENDPOINTSLICE_KEY,
+    LAST_APPLIED_ANNOTATION,
+    POD_NAME_LABEL,
+    ClusterSpec,
+    ResyncTiming,
+    SpecProblem,
+    SyncRequest,
+)
 from hooks.policy import ProbePolicy, effective_address
-from hooks.schemas import CRONJOB_KEY, ENDPOINTSLICE_KEY, ClusterSpec, SpecProblem, SyncRequest
-
-#: The label the StatefulSet controller puts on each of its Pods: unique per namespace,
-#: so a selector that includes it can never select two Pods.
-POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
-LAST_APPLIED_ANNOTATION = "metacontroller.k8s.io/last-applied-configuration"
-MANAGED_BY_LABEL = manifests.MANAGED_BY_LABEL
-MANAGED_BY = manifests.MANAGED_BY
 
 CONDITION_READY = "Ready"
 CONDITION_ROUTED = "PrimaryRouted"

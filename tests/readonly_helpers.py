@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hooks import replicas
-from hooks.config import ResyncTiming
 from hooks.members import MemberStatus
-from hooks.schemas import CRONJOB_KEY, ENDPOINTSLICE_KEY, JOB_KEY, SyncRequest, load_sync_request
+from hooks.model import CRONJOB_KEY, ENDPOINTSLICE_KEY, JOB_KEY, ResyncTiming, SyncRequest
+from hooks.schemas import load_sync_request
 from hooks.sync import SyncOutcome, probe_targets, reconcile
 from standin.apply import World, apply_reply
 from tests.helpers import (

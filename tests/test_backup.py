@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 from hooks import backup
-from hooks.schemas import CRONJOB_KEY, load_spec
+from hooks.model import BACKUP_OF_LABEL, CRONJOB_KEY
+from hooks.schemas import load_spec
 from hooks.sync import Decision, preserved
 from tests.helpers import PARENT_UID, make_service, seed_spec
 from tests.readonly_helpers import (
@@ -91,7 +92,7 @@ def job(
         "metadata": {
             "name": name,
             "namespace": "databases",
-            "labels": {backup.BACKUP_OF_LABEL: uid, "app.kubernetes.io/managed-by": "x"},
+            "labels": {BACKUP_OF_LABEL: uid, "app.kubernetes.io/managed-by": "x"},
         },
         "status": status,
     }

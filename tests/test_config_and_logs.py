@@ -34,8 +34,9 @@ from typing import Any
 
 import pytest
 
-from hooks.config import HookSettings, ResyncTiming, closes_connection
+from hooks.config import HookSettings, closes_connection
 from hooks.logs import ContextFilter, bound, logging_config
+from hooks.model import ResyncTiming
 
 # ===================================================================== settings
 

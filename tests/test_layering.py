@@ -35,6 +35,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 HOOKS = ROOT / "hooks"
 CORE = (
+    "hooks.model",
     "hooks.sync",
     "hooks.members",
     "hooks.schemas",
@@ -167,7 +168,7 @@ def test_the_core_reaches_only_the_pure_hooks_modules() -> None:
         "hooks.sync",
         "hooks.members",
         "hooks.schemas",
-        "hooks.config",
+        "hooks.model",
         "hooks.replicas",
         "hooks.backup",
         "hooks.policy",

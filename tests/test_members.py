@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from hooks.members import LEADER_ROLES, MemberStatus, ProbeTarget, ProbeVerdict
-from hooks.schemas import LEADER_PATHS
+from hooks.model import LEADER_PATHS
 from tests.helpers import patroni_body
 
 LEADER, NOT_LEADER, UNREACHABLE = (

@@ -23,7 +23,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from hooks.app import create_app
-from hooks.config import HookSettings, ResyncTiming
+from hooks.config import HookSettings
+from hooks.model import ResyncTiming
 from hooks.patroni import PatroniProber
 from hooks.policy import ProbePolicy, parse_networks, parse_ports
 from tests import fakes

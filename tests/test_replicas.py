@@ -29,8 +29,9 @@ import pytest
 
 from hooks import replicas
 from hooks.members import MemberStatus
-from hooks.schemas import ENDPOINTSLICE_KEY, load_spec
-from hooks.sync import LAST_APPLIED_ANNOTATION, Decision, desired_service, preserved
+from hooks.model import ENDPOINTSLICE_KEY, LAST_APPLIED_ANNOTATION
+from hooks.schemas import load_spec
+from hooks.sync import Decision, desired_service, preserved
 from tests.helpers import (
     CLUSTER,
     NAMESPACE,

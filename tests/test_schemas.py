@@ -29,12 +29,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from marshmallow import ValidationError
 
+from hooks.model import LEADER_PATHS, ClusterSpec, ServicePort, SpecProblem
 from hooks.schemas import (
-    LEADER_PATHS,
-    ClusterSpec,
     RequestError,
-    ServicePort,
-    SpecProblem,
     SyncEnvelopeSchema,
     check_sync_envelope,
     load_customize_request,

@@ -20,16 +20,15 @@ from typing import Any
 
 import pytest
 
-from hooks.config import ResyncTiming
 from hooks.members import MemberStatus
-from hooks.schemas import (
+from hooks.model import (
     MAX_POLL_SECONDS,
     MIN_POLL_SECONDS,
+    ResyncTiming,
     RoleLabelSpec,
     SwitchoverSpec,
-    load_spec,
-    load_sync_request,
 )
+from hooks.schemas import load_spec, load_sync_request
 from hooks.switchover import Detection
 from hooks.sync import Decision, SyncOutcome, probe_targets, reconcile
 from tests.helpers import (

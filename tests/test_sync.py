@@ -38,18 +38,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hooks.config import ResyncTiming
 from hooks.members import MemberStatus, ProbeTarget
-from hooks.schemas import LEADER_PATHS, SyncRequest, load_sync_request
+from hooks.model import LAST_APPLIED_ANNOTATION, LEADER_PATHS, ResyncTiming, SyncRequest
+from hooks.schemas import load_sync_request
 from hooks.switchover import spread_resync
-from hooks.sync import (
-    LAST_APPLIED_ANNOTATION,
-    Decision,
-    SyncOutcome,
-    preserved,
-    probe_targets,
-    reconcile,
-)
+from hooks.sync import Decision, SyncOutcome, preserved, probe_targets, reconcile
 from tests.helpers import (
     CLUSTER,
     INVALID_SPECS,
