@@ -26,9 +26,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hooks.members import MemberStatus
+from hooks.model import ReplicaServiceSpec
 
 LEADER_ROLES = ("primary", "master", "standby_leader")
-DEFAULT_MAX_LAG = 16 * 1024 * 1024
+#: What the hook assumes when the spec leaves them out (the model's defaults).
+_REPLICA_DEFAULTS = ReplicaServiceSpec(name="")
 
 
 def build(
@@ -215,7 +217,7 @@ def _read_only(
     if name is None:
         return None
     listed = [n for n in _list(status.get("replicaEndpoints")) if isinstance(n, str)]
-    limit = wanted.get("maxLagBytes", DEFAULT_MAX_LAG)
+    limit = wanted.get("maxLagBytes", _REPLICA_DEFAULTS.max_lag_bytes)
     routed = by_type.get("ReplicasRouted")
     return {
         "service": name,
@@ -223,7 +225,7 @@ def _read_only(
             {"pod": n, "ip": (_pod(pods.get(n)) or {}).get("ip")} for n in sorted(listed)
         ],
         "maxLagBytes": limit if isinstance(limit, int) else None,
-        "whenNoReplica": _str(wanted.get("whenNoReplica")) or "KeepEndpoints",
+        "whenNoReplica": _str(wanted.get("whenNoReplica")) or _REPLICA_DEFAULTS.when_no_replica,
         "reason": routed.get("reason") if routed else None,
     }
 
