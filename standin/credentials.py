@@ -40,7 +40,7 @@ from typing import Any
 
 from hooks.auth import Authenticator
 from hooks.config import AuthSettings
-from ops.rotate import EVENT_CREATE_ERROR, EVENT_STARTED, Names
+from ops.rotate import EVENT_CREATE_ERROR, EVENT_STARTED, Names, RotationError
 
 EVENT_STOPPED = "Stopped"
 
@@ -252,8 +252,11 @@ class ModelCluster:
     def patch_compositecontroller(self, name: str, patch: list[dict[str, Any]]) -> None:
         install = self.installs[name]
         updated = copy.deepcopy(install.cc)
-        for op in patch:
-            _apply_op(updated, op)
+        try:
+            for op in patch:
+                _apply_op(updated, op)
+        except ValueError as error:  # the API server refuses the whole patch (kubectl fails)
+            raise RotationError(f"the JSON patch was refused: {error}") from error
         install.cc = updated
         self._reconcile(install)
 

@@ -268,6 +268,33 @@ def test_a_compositecontroller_applied_during_the_rotation_stops_it_before_remov
     }
 
 
+def test_a_refused_patch_of_one_shard_stops_before_anything_is_removed(tmp_path: Path) -> None:
+    """Someone changed shard 2's key after the rotation listed it: its patch's ``test`` op
+    fails. Shards 0 and 1 already send the new token, 2 to 4 the old one: both stay valid."""
+    model = installed(tmp_path, *shard_manifests())
+    rotate_token(model, timing=TIMING, token="a" * 64, stamp="1")
+    model.sleep(150)
+    patch = model.patch_compositecontroller
+
+    def racing(name: str, ops: list[dict[str, Any]]) -> None:
+        if name == "pg-failover-hook-2":
+            model.update_secret(NS, SECRET, {"token-x": b"x" * 64})
+            entry = model.installs[name].cc["spec"]["endpointConfigs"][0]
+            entry["authorization"]["secretRef"]["key"] = "token-x"
+        patch(name, ops)
+
+    model.patch_compositecontroller = racing  # type: ignore[method-assign]
+    with pytest.raises(RotationError, match="already pointed at the new key") as raised:
+        rotate_token(model, timing=TIMING, token="b" * 64, stamp="2")
+    assert "pg-failover-hook-0, pg-failover-hook-1;" in str(raised.value)
+    assert set(model.secret_data(NS, SECRET) or {}) == {"token", "token-1", "token-2", "token-x"}
+    model.sleep(150)
+    headers = {n: i.controller.header for n, i in model.installs.items() if i.controller}
+    assert headers["pg-failover-hook-0"] == headers["pg-failover-hook-1"] == "Bearer " + "b" * 64
+    assert headers["pg-failover-hook-3"] == "Bearer " + "a" * 64
+    assert not refused(model)
+
+
 def test_rotation_refuses_a_compositecontroller_without_the_token(tmp_path: Path) -> None:
     cc = manifest()
     del cc["spec"]["endpointConfigs"]
