@@ -32,48 +32,48 @@ from hooks.members import MemberStatus
 from hooks.model import ENDPOINTSLICE_KEY, LAST_APPLIED_ANNOTATION
 from hooks.schemas import load_spec
 from hooks.sync import Decision, desired_service, preserved
-from tests.helpers import (
-    CLUSTER,
-    NAMESPACE,
-    SERVICE_NAME,
-    down,
-    make_pod,
-    make_service,
-    member_ip,
-    patroni_body,
-    seed_spec,
-    without_resync,
-)
-from tests.readonly_helpers import (
+from tests.child_helpers import (
     LEADER_AT,
     MIB,
-    NOW,
-    P0,
-    P1,
-    P2,
-    P3,
     READ_ONLY,
     SLICE,
     answer,
     children_of,
     cluster_answers,
     condition,
-    fed_back,
     listed_slice,
     observed,
     read_only_service,
     request_body,
     rs_spec,
-    run,
     slice_names,
 )
-from tests.test_sync import DOUBTS, Doubt
+from tests.doubts import DOUBTS, Doubt
+from tests.helpers import (
+    CLUSTER,
+    NAMESPACE,
+    NOW,
+    P0,
+    P1,
+    P2,
+    P3,
+    SERVICE_NAME,
+    down,
+    fed_back,
+    make_pod,
+    make_service,
+    member_ip,
+    run,
+    seed_spec,
+    without_resync,
+)
+from tests.patroni_wire import patroni_body
 
 PRIMARY = make_service(pod=P0)
 
 
 def _body(name: str, **changes: Any) -> dict[str, Any]:
-    """A streaming, caught-up replica's answer (as readonly_helpers.answer), changed."""
+    """A streaming, caught-up replica's answer (as child_helpers.answer), changed."""
     body = patroni_body("replica", name=name)
     body["patroni"]["scope"] = CLUSTER
     body["xlog"] = {"received_location": LEADER_AT, "replayed_location": LEADER_AT, "paused": False}
