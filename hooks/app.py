@@ -23,16 +23,12 @@ from hooks import metrics
 from hooks.auth import Authenticator
 from hooks.backup import related_rules as backup_rules
 from hooks.config import HookSettings
+from hooks.envelope import RequestError, load_customize_parent, load_sync_request
 from hooks.events import EventEmitter, event_for, in_cluster_events_api
+from hooks.jsonbody import nesting_problem
 from hooks.logs import bound
 from hooks.logs import configure as configure_logging
 from hooks.patroni import PatroniProber, Prober
-from hooks.schemas import (
-    RequestError,
-    load_customize_parent,
-    load_sync_request,
-    nesting_problem,
-)
 from hooks.sync import Decision, apply_policy, plan_probes, reconcile
 
 log = logging.getLogger("hooks.app")

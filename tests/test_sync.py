@@ -37,9 +37,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hooks.envelope import load_sync_request
 from hooks.members import MemberStatus, ProbeTarget
 from hooks.model import LAST_APPLIED_ANNOTATION, LEADER_PATHS, ResyncTiming
-from hooks.schemas import load_sync_request
 from hooks.switchover import spread_resync
 from hooks.sync import Decision, SyncOutcome, preserved, probe_targets, reconcile
 from tests.doubts import DOUBT_IDS, DOUBTS, Doubt

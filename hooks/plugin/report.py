@@ -26,11 +26,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hooks.members import MemberStatus
-from hooks.model import ReplicaServiceSpec
+from hooks.model import ReplicaServiceSpec, field_default
 
 LEADER_ROLES = ("primary", "master", "standby_leader")
-#: What the hook assumes when the spec leaves them out (the model's defaults).
-_REPLICA_DEFAULTS = ReplicaServiceSpec(name="")
 
 
 def build(
@@ -217,7 +215,7 @@ def _read_only(
     if name is None:
         return None
     listed = [n for n in _list(status.get("replicaEndpoints")) if isinstance(n, str)]
-    limit = wanted.get("maxLagBytes", _REPLICA_DEFAULTS.max_lag_bytes)
+    limit = wanted.get("maxLagBytes", field_default(ReplicaServiceSpec, "max_lag_bytes"))
     routed = by_type.get("ReplicasRouted")
     return {
         "service": name,
@@ -225,7 +223,8 @@ def _read_only(
             {"pod": n, "ip": (_pod(pods.get(n)) or {}).get("ip")} for n in sorted(listed)
         ],
         "maxLagBytes": limit if isinstance(limit, int) else None,
-        "whenNoReplica": _str(wanted.get("whenNoReplica")) or _REPLICA_DEFAULTS.when_no_replica,
+        "whenNoReplica": _str(wanted.get("whenNoReplica"))
+        or field_default(ReplicaServiceSpec, "when_no_replica"),
         "reason": routed.get("reason") if routed else None,
     }
 
