@@ -50,7 +50,11 @@ def test_mutmut_mutates_exactly_the_pure_core() -> None:
         if c.get("type") == "forbidden" and "hooks.sync" in c.get("source_modules", ())
     ]
     core = {f for module in contract["source_modules"] for f in _module_files(module)}
-    assert _files(config["mutmut"]["only_mutate"]) == core
+    mutated = _files(config["mutmut"]["only_mutate"])
+    assert mutated == core, (
+        f"[tool.mutmut] only_mutate lacks {sorted(core - mutated)} "
+        f"and has {sorted(mutated - core)} beyond the pure-core contract"
+    )
 
 
 def test_mutation_runs_only_fast_pure_tests() -> None:
