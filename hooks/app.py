@@ -21,19 +21,21 @@ from werkzeug.exceptions import HTTPException
 
 from hooks import metrics
 from hooks.auth import Authenticator
-from hooks.backup import related_rules as backup_rules
 from hooks.config import HookSettings
 from hooks.events import EventEmitter, event_for, in_cluster_events_api
 from hooks.logs import bound
 from hooks.logs import configure as configure_logging
+from hooks.parts import related_rules
 from hooks.patroni import PatroniProber, Prober
+from hooks.probing import apply_policy, plan_probes
+from hooks.routing import Decision
 from hooks.schemas import (
     RequestError,
     load_customize_parent,
     load_sync_request,
     nesting_problem,
 )
-from hooks.sync import Decision, apply_policy, plan_probes, reconcile
+from hooks.sync import reconcile
 
 log = logging.getLogger("hooks.app")
 
@@ -171,22 +173,13 @@ def create_app(
             cluster, spec, uid = load_customize_parent(body)
         except RequestError as error:
             return _bad_request("customize", str(error))
-        rules: list[dict[str, Any]] = []
         if spec is not None:
-            # Never a rule without a selector: that would select every Pod.
-            rules.append(
-                {
-                    "apiVersion": "v1",
-                    "resource": "pods",
-                    "labelSelector": {"matchLabels": dict(spec.primary_selector)},
-                }
-            )
-            # The backup Jobs, by a label holding the parent's UID (only with spec.backup).
-            rules.extend(backup_rules(spec, uid))
+            # Every registered part's rules (hooks.parts): the member Pods, backup Jobs ...
+            return _reply({"relatedResources": related_rules(spec, uid)})
         else:
             with bound(cluster=cluster, request_id=g.request_id, hook="customize"):
                 log.warning("invalid spec: no related Pods until it is fixed")
-        return _reply({"relatedResources": rules})
+        return _reply({"relatedResources": []})
 
     @app.get("/healthz")
     def healthz() -> Response:

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from hooks.conditions import CONDITION_READY
 from hooks.model import SyncRequest
-from hooks.sync import CONDITION_READY, Decision, SyncOutcome
+from hooks.routing import Decision
+from hooks.sync import SyncOutcome
 
 log = logging.getLogger("hooks.events")
 

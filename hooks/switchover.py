@@ -23,7 +23,7 @@ sync whose probes confirmed the leader: every member Pod must carry the label wi
 value Patroni's REST answer implies (the leader's value on the leader, the replica value
 on every other member) and, without ``roleLabel``, Patroni's ``status`` annotation with
 the role that member reported over REST. Anything else is polled, with the reason in
-the status. The label never decides routing (:mod:`hooks.sync` routes on the REST
+the status. The label never decides routing (:mod:`hooks.routing` routes on the REST
 answers only); it only decides how long the healthy resync may be.
 
 Phase spread: each healthy resync lands the cluster's next sync on a slot of its own (a
@@ -52,6 +52,7 @@ from hooks.model import (
     PATRONI_ROLE_LABEL,
     STATUS_ANNOTATION,
     ClusterSpec,
+    Condition,
     ResyncTiming,
     RoleLabelSpec,
 )
@@ -73,12 +74,23 @@ class Detection(enum.Enum):
     ROLE_LABEL = "RoleLabel"
 
 
+class DetectionReason(enum.Enum):
+    """The ``SwitchoverDetection`` condition's reason."""
+
+    ROLE_LABELS_AGREE = "RoleLabelsAgree"
+    NO_CONFIRMED_LEADER = "NoConfirmedLeader"
+    ROLE_LABEL_DISAGREES = "RoleLabelDisagrees"
+    STATUS_ANNOTATION_DISAGREES = "StatusAnnotationDisagrees"
+    ROLE_LABEL_MISSING = "RoleLabelMissing"
+    STATUS_ANNOTATION_MISSING = "StatusAnnotationMissing"
+
+
 @dataclass(frozen=True, slots=True)
 class DetectionVerdict:
     """The mode for this sync, the condition's reason and a message that says why."""
 
     detection: Detection
-    reason: str
+    reason: DetectionReason
     message: str
 
     @property
@@ -86,9 +98,10 @@ class DetectionVerdict:
         """Whether a switchover of this cluster is expected to change a related Pod."""
         return self.detection is Detection.ROLE_LABEL
 
-    def condition(self) -> tuple[str, str, str, str]:
-        """``(type, status, reason, message)`` for :func:`hooks.sync._conditions`."""
-        return (CONDITION, "True" if self.event_driven else "False", self.reason, self.message)
+    def condition(self) -> Condition:
+        """The ``SwitchoverDetection`` condition of this sync."""
+        status = "True" if self.event_driven else "False"
+        return Condition(CONDITION, status, self.reason.value, self.message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +144,7 @@ def detect(
     if leader is None or leader not in pods:
         return DetectionVerdict(
             Detection.POLLED,
-            "NoConfirmedLeader",
+            DetectionReason.NO_CONFIRMED_LEADER,
             "Polled: no leader confirmed by Patroni in this sync to compare role labels with",
         )
     rule = _Rule.of(spec.switchover.role_label)
@@ -164,30 +177,30 @@ def detect(
             )
     if disagreeing:
         return _polled(
-            "RoleLabelDisagrees",
+            DetectionReason.ROLE_LABEL_DISAGREES,
             f"the role label disagrees with Patroni (leader {leader}): {_names(disagreeing)}; "
             "the label is ignored",
         )
     if bad_annotation:
         return _polled(
-            "StatusAnnotationDisagrees",
+            DetectionReason.STATUS_ANNOTATION_DISAGREES,
             f"Patroni's status annotation disagrees with its REST answer: {_names(bad_annotation)}",
         )
     if missing:
         return _polled(
-            "RoleLabelMissing",
+            DetectionReason.ROLE_LABEL_MISSING,
             f"no {rule.key} label on {_names(missing)}",
         )
     if no_annotation:
         return _polled(
-            "StatusAnnotationMissing",
+            DetectionReason.STATUS_ANNOTATION_MISSING,
             f"no Patroni status annotation on {_names(no_annotation)} (not Patroni's "
             "Kubernetes DCS: name a label kept by something else in spec.switchover.roleLabel)",
         )
     source = f"label {rule.key}" + (" and Patroni's status annotation" if rule.annotation else "")
     return DetectionVerdict(
         Detection.ROLE_LABEL,
-        "RoleLabelsAgree",
+        DetectionReason.ROLE_LABELS_AGREE,
         f"Role label: every member Pod's {source} agree with Patroni (leader {leader}), "
         "so a switchover changes a Pod",
     )
@@ -232,7 +245,7 @@ def spread_resync(period: float, key: str, now: float) -> float:
     return delay + period if delay < period / 2 else delay
 
 
-def _polled(reason: str, why: str) -> DetectionVerdict:
+def _polled(reason: DetectionReason, why: str) -> DetectionVerdict:
     return DetectionVerdict(Detection.POLLED, reason, f"Polled: {why}")
 
 

@@ -13,11 +13,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from hooks import replicas
 from hooks.members import MemberStatus
 from hooks.model import CRONJOB_KEY, ENDPOINTSLICE_KEY, JOB_KEY, ResyncTiming, SyncRequest
+from hooks.parts import readonly_objects
+from hooks.probing import probe_targets
 from hooks.schemas import load_sync_request
-from hooks.sync import SyncOutcome, probe_targets, reconcile
+from hooks.sync import SyncOutcome, reconcile
 from standin.apply import World, apply_reply
 from tests.helpers import (
     CLUSTER,
@@ -172,10 +173,11 @@ def observed(*desired: Mapping[str, Any]) -> list[dict[str, Any]]:
 def listed_slice(names: Iterable[str], service: str = READ_ONLY) -> dict[str, Any]:
     """An observed IPv4 slice of ``service`` that lists ``names`` (at their usual IPs)."""
     endpoints = [
-        replicas.endpoint(n, make_pod(n), _ip(member_ip(n)), NAMESPACE) for n in sorted(names)
+        readonly_objects.endpoint(n, make_pod(n), _ip(member_ip(n)), NAMESPACE)
+        for n in sorted(names)
     ]
     ports = [{"name": "postgresql", "port": 5432, "protocol": "TCP"}]
-    (slice_,) = observed(replicas.desired_slice(NAMESPACE, service, 4, endpoints, ports))
+    (slice_,) = observed(readonly_objects.desired_slice(NAMESPACE, service, 4, endpoints, ports))
     return slice_
 
 
@@ -185,7 +187,9 @@ def read_only_service(name: str = READ_ONLY) -> dict[str, Any]:
 
     spec, _ = load_spec(rs_spec(name=name))
     assert spec is not None and spec.replica_service is not None
-    (service,) = observed(replicas.desired_service(spec, spec.replica_service, NAMESPACE, name))
+    (service,) = observed(
+        readonly_objects.desired_service(spec, spec.replica_service, NAMESPACE, name)
+    )
     return service
 
 

@@ -37,11 +37,20 @@ HOOKS = ROOT / "hooks"
 CORE = (
     "hooks.model",
     "hooks.sync",
+    "hooks.probing",
+    "hooks.routing",
+    "hooks.keeping",
+    "hooks.conditions",
+    "hooks.parts",
+    "hooks.parts.base",
+    "hooks.parts.primary",
+    "hooks.parts.readonly",
+    "hooks.parts.readonly_objects",
+    "hooks.parts.backup",
+    "hooks.parts.backup_cronjob",
     "hooks.members",
     "hooks.schemas",
     "hooks.policy",
-    "hooks.replicas",
-    "hooks.backup",
     "hooks.manifests",
     "hooks.switchover",
 )
@@ -163,18 +172,7 @@ def test_the_core_reaches_only_the_pure_hooks_modules() -> None:
     reached: set[str] = set()
     for module in CORE:
         reached |= _closure(module)[0]
-    assert reached == {
-        "hooks",
-        "hooks.sync",
-        "hooks.members",
-        "hooks.schemas",
-        "hooks.model",
-        "hooks.replicas",
-        "hooks.backup",
-        "hooks.policy",
-        "hooks.manifests",
-        "hooks.switchover",
-    }
+    assert reached == {"hooks", *CORE}
 
 
 def test_the_scanner_finds_forbidden_imports_where_they_are() -> None:
@@ -207,7 +205,7 @@ def test_importing_the_core_in_a_fresh_interpreter_loads_no_forbidden_package() 
     probe = (
         "import sys\n"
         "import hooks.sync, hooks.members, hooks.schemas, hooks.policy\n"
-        "import hooks.replicas, hooks.backup\n"
+        "import hooks.parts\n"
         f"forbidden = {FORBIDDEN!r}\n"
         "bad = [m for m in sys.modules for b in forbidden if m == b or m.startswith(b + '.')]\n"
         "print(','.join(sorted(bad)))\n"

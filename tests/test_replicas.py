@@ -1,4 +1,4 @@
-"""Unit tests of the read-only Service (:mod:`hooks.replicas` through :func:`hooks.sync.reconcile`).
+"""Unit tests of the read-only Service (:mod:`hooks.parts.readonly`, through ``reconcile``).
 
 Test design notes
 -----------------
@@ -27,11 +27,13 @@ from typing import Any
 
 import pytest
 
-from hooks import replicas
+from hooks.keeping import preserved
 from hooks.members import MemberStatus
 from hooks.model import ENDPOINTSLICE_KEY, LAST_APPLIED_ANNOTATION
+from hooks.parts.primary import desired_service
+from hooks.parts.readonly import format_bytes
+from hooks.routing import Decision
 from hooks.schemas import load_spec
-from hooks.sync import Decision, desired_service, preserved
 from tests.helpers import (
     CLUSTER,
     NAMESPACE,
@@ -366,7 +368,7 @@ def test_the_lag_limit_comes_from_the_spec() -> None:
     [(16 * MIB, "16 MiB"), (1 << 30, "1 GiB"), (1536, "1536 bytes"), (4096, "4 KiB")],
 )
 def test_the_limit_is_stated_exactly(limit: int, phrase: str) -> None:
-    assert replicas.format_bytes(limit) == phrase
+    assert format_bytes(limit) == phrase
 
 
 # ============================================================ unreachable members

@@ -28,9 +28,11 @@ from hooks.model import (
     RoleLabelSpec,
     SwitchoverSpec,
 )
+from hooks.probing import probe_targets
+from hooks.routing import Decision
 from hooks.schemas import load_spec, load_sync_request
 from hooks.switchover import Detection
-from hooks.sync import Decision, SyncOutcome, probe_targets, reconcile
+from hooks.sync import SyncOutcome, reconcile
 from tests.helpers import (
     CLUSTER,
     POD_NAME_LABEL,

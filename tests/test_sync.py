@@ -38,11 +38,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hooks.keeping import preserved
 from hooks.members import MemberStatus, ProbeTarget
 from hooks.model import LAST_APPLIED_ANNOTATION, LEADER_PATHS, ResyncTiming, SyncRequest
+from hooks.probing import probe_targets
+from hooks.routing import Decision
 from hooks.schemas import load_sync_request
 from hooks.switchover import spread_resync
-from hooks.sync import Decision, SyncOutcome, preserved, probe_targets, reconcile
+from hooks.sync import SyncOutcome, reconcile
 from tests.helpers import (
     CLUSTER,
     INVALID_SPECS,
