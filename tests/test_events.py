@@ -19,8 +19,9 @@ import pytest
 from kubernetes import client as k8s
 
 from hooks.app import create_app
+from hooks.cluster_event import event_for
 from hooks.config import HookSettings
-from hooks.events import EventEmitter, event_for
+from hooks.events import EventEmitter
 from hooks.model import ResyncTiming
 from hooks.schemas import load_sync_request
 from hooks.sync import reconcile

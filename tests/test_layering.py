@@ -48,6 +48,7 @@ CORE = (
     "hooks.parts.readonly_objects",
     "hooks.parts.backup",
     "hooks.parts.backup_cronjob",
+    "hooks.cluster_event",
     "hooks.members",
     "hooks.schemas",
     "hooks.policy",
@@ -205,7 +206,7 @@ def test_importing_the_core_in_a_fresh_interpreter_loads_no_forbidden_package() 
     probe = (
         "import sys\n"
         "import hooks.sync, hooks.members, hooks.schemas, hooks.policy\n"
-        "import hooks.parts\n"
+        "import hooks.parts, hooks.cluster_event\n"
         f"forbidden = {FORBIDDEN!r}\n"
         "bad = [m for m in sys.modules for b in forbidden if m == b or m.startswith(b + '.')]\n"
         "print(','.join(sorted(bad)))\n"
