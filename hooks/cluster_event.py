@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hooks.conditions import CONDITION_READY
+from hooks.conditions import CONDITION_READY, previous_conditions
 from hooks.model import SyncRequest
 from hooks.routing import Decision
 from hooks.sync import SyncOutcome
@@ -50,14 +50,7 @@ def event_for(request: SyncRequest, outcome: SyncOutcome) -> ClusterEvent | None
         return None
     metadata = request.parent.get("metadata", {})
     uid = str(metadata.get("uid", ""))
-    previous = next(
-        (
-            c
-            for c in (request.parent.get("status") or {}).get("conditions") or []
-            if isinstance(c, Mapping) and c.get("type") == CONDITION_READY
-        ),
-        {},
-    )
+    previous = next((c for c in previous_conditions(request) if c["type"] == CONDITION_READY), {})
     key = "|".join([uid, reason, str(outcome.primary), str(previous.get("lastTransitionTime", ""))])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return ClusterEvent(

@@ -67,6 +67,12 @@ def labels_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return labels if isinstance(labels, Mapping) else {}
 
 
+def annotations_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """``metadata.annotations`` of a free-form object, ``{}`` when it is not a mapping."""
+    annotations = metadata_of(obj).get("annotations")
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
 def preserved(
     observed: Mapping[str, Any],
     *,
@@ -142,9 +148,7 @@ def last_applied(observed: Mapping[str, Any]) -> dict[str, Any] | None:
     Usable: JSON, an object with a ``metadata`` object (and a ``spec`` object, if any),
     for this very object (same ``apiVersion``, ``kind`` and name).
     """
-    metadata = metadata_of(observed)
-    annotations = metadata.get("annotations")
-    raw = annotations.get(LAST_APPLIED_ANNOTATION) if isinstance(annotations, Mapping) else None
+    raw = annotations_of(observed).get(LAST_APPLIED_ANNOTATION)
     if not isinstance(raw, str):
         return None
     try:
@@ -155,10 +159,9 @@ def last_applied(observed: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     if not isinstance(applied.get("spec", {}), dict):
         return None
-    same = all(applied.get(key) == observed.get(key) for key in ("apiVersion", "kind")) and applied[
-        "metadata"
-    ].get("name") == metadata.get("name")
-    return applied if same else None
+    same_kind = all(applied.get(key) == observed.get(key) for key in ("apiVersion", "kind"))
+    same_name = applied["metadata"].get("name") == metadata_of(observed).get("name")
+    return applied if same_kind and same_name else None
 
 
 def minimal_copy(observed: Mapping[str, Any]) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hooks.keeping import annotations_of, labels_of
 from hooks.members import MemberStatus
 from hooks.model import (
     PATRONI_LEADER_VALUES,
@@ -154,8 +155,7 @@ def detect(
     no_annotation: list[str] = []
     bad_annotation: list[str] = []
     for name in sorted(pods):
-        metadata = _mapping(pods[name].get("metadata"))
-        value = _mapping(metadata.get("labels")).get(rule.key)
+        value = labels_of(pods[name]).get(rule.key)
         wanted = rule.leader_values if name == leader else rule.replica_values
         if not isinstance(value, str):
             missing.append(name)
@@ -165,7 +165,7 @@ def detect(
             )
         if not rule.annotation:
             continue
-        role = _annotation_role(_mapping(metadata.get("annotations")).get(STATUS_ANNOTATION))
+        role = _annotation_role(annotations_of(pods[name]).get(STATUS_ANNOTATION))
         answered = answers.get(name)
         if role is None:
             no_annotation.append(name)
@@ -276,10 +276,6 @@ def _annotation_role(raw: object) -> str | None:
     if not isinstance(role, str) or not role or not isinstance(data.get("state"), str):
         return None
     return _ROLE_ALIASES.get(role, role)
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _names(items: Sequence[str]) -> str:
