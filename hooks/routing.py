@@ -72,7 +72,9 @@ def choose_leader(
     """
     path = spec.health_check_path
     if not members:
-        return Route(Decision.NO_MEMBERS, why=f"No Pod matches primarySelector {_labels(spec)}")
+        return Route(
+            Decision.NO_MEMBERS, why=f"No Pod matches primarySelector {_selector_text(spec)}"
+        )
     claimants = [m for m in members if m.claims_leadership]
     answered = [m for m in members if m.reachable]
     if len(claimants) > 1:
@@ -133,5 +135,5 @@ def _unreachable_phrase(members: Sequence[MemberStatus]) -> str:
     return phrase + (f"; not Patroni: {'; '.join(foreign)}" if foreign else "")
 
 
-def _labels(spec: ClusterSpec) -> str:
+def _selector_text(spec: ClusterSpec) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(spec.primary_selector.items()))
