@@ -227,13 +227,7 @@ def one_failover(rig: Rig, kind: str) -> tuple[Failover, float]:
         result = cluster.switchover()
         trigger, election = result.requested_at, result.election
     else:
-        with cluster.watch_leader(exclude={old}, poll_interval=0.01) as watch:
-            if kind == "graceful":
-                trigger = cluster.stop_member_gracefully(old, wait=False)
-            else:
-                trigger = cluster.kill_member(old)
-            rig.pod_changed(old, ready=False)
-            election = watch.result(timeout=90)
+        _, trigger, election = rig.lose_leader(kind, timeout=90, poll_interval=0.01)
     moved = rig.wait_selected(election.name, timeout=30, after=count)
     # The promotion is seen by a 10 ms poll (see watch_leader), the Service move by the sync
     # that applied it: a lag within a poll interval can come out slightly negative.

@@ -8,9 +8,11 @@ bare :class:`asyncio.Protocol` per connection.
 
 Each member answers like Patroni 4.1's REST API (``docs/rest_api.rst``, ``api.py``):
 HTTP/1.0, no ``Content-Length``, the connection closed after the one response, the
-same ~1 KiB JSON document on every health path, 200 on ``/primary`` for the leader and
-503 for a replica. A ``hung`` member reads the request and never answers (what Patroni
-does for ~2 s while it shuts down).
+same JSON document on every health path (the leader's lists its replicas: 0.8 KiB with
+the headers), 200 on ``/primary`` for the leader and 503 for a replica. A ``hung``
+member reads the request and never answers (what Patroni does for ~2 s while it shuts
+down). The document, the headers and the shared-port binding are the tests' own
+(:mod:`tests.patroni_wire`), so a benchmark probes exactly what the correctness tests do.
 
 Bounded: the server process stops by itself after ``lifetime`` seconds or
 ``max_connections`` connections, whichever comes first, and a held connection is
@@ -20,16 +22,15 @@ dropped after ``max_hold`` seconds.
 from __future__ import annotations
 
 import asyncio
-import json
 import multiprocessing
 import multiprocessing.connection
 import os
 import signal
-import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import Any
+
+from tests.patroni_wire import bind_shared_port, patroni_body, response
 
 LEADER = "leader"
 REPLICA = "replica"
@@ -38,57 +39,6 @@ BEHAVIOURS = (LEADER, REPLICA, HUNG)
 
 #: First loopback address of the benchmark members (tests use 127.0.0.10 and up).
 FIRST_HOST = 40
-
-
-def document(name: str, role: str, members: Sequence[str], timeline: int = 2) -> dict[str, Any]:
-    """What Patroni 4.1 answers on a health path (``GET /patroni``'s document), ~1 KiB."""
-    body: dict[str, Any] = {
-        "state": "running",
-        "postmaster_start_time": "2026-08-20 09:10:00.123456+00:00",
-        "role": role,
-        "server_version": 180006,
-        "xlog": {"location": 50332016}
-        if role == "primary"
-        else {
-            "received_location": 50332016,
-            "replayed_location": 50332016,
-            "replayed_timestamp": "2026-08-20 09:47:01.654321+00:00",
-            "paused": False,
-        },
-        "timeline": timeline,
-        "dcs_last_seen": 1787216823,
-        "database_system_identifier": "7400000000000000000",
-        "patroni": {"version": "4.1.5", "scope": "pg-orders", "name": name},
-    }
-    if role == "primary":
-        body["replication"] = [
-            {
-                "usename": "replicator",
-                "application_name": other,
-                "client_addr": "10.244.1.31",
-                "state": "streaming",
-                "sync_state": "async",
-                "sync_priority": 0,
-            }
-            for other in members
-            if other != name
-        ]
-    else:
-        body["replication_state"] = "streaming"
-    return body
-
-
-def response(status: int, body: dict[str, Any]) -> bytes:
-    """Status line, headers and body as Patroni's ``BaseHTTPRequestHandler`` writes them."""
-    reason = {200: "OK", 503: "Service Unavailable"}[status]
-    head = (
-        f"HTTP/1.0 {status} {reason}\r\n"
-        "Server: BaseHTTP/0.6 Python/3.11.2\r\n"
-        "Date: Thu, 20 Aug 2026 09:47:03 GMT\r\n"
-        "Content-Type: application/json\r\n"
-        "\r\n"
-    )
-    return head.encode("latin-1") + json.dumps(body).encode()
 
 
 class _Member(asyncio.Protocol):
@@ -131,26 +81,6 @@ class _State:
     connections: int = 0
 
 
-def _bind_shared_port(hosts: Sequence[str]) -> tuple[int, list[socket.socket]]:
-    """Bind every host on one port number free on all of them (the spec has one port)."""
-    for _ in range(20):
-        socks: list[socket.socket] = []
-        try:
-            port = 0
-            for host in hosts:
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(sock)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((host, port))
-                port = sock.getsockname()[1]
-        except OSError:
-            for sock in socks:
-                sock.close()
-            continue
-        return port, socks
-    raise RuntimeError(f"no port number free on all of {', '.join(hosts)}")
-
-
 def _serve(
     hosts: Sequence[str],
     names: Sequence[str],
@@ -165,14 +95,14 @@ def _serve(
     async def main() -> int:
         loop = asyncio.get_running_loop()
         state = _State(max_connections, max_hold, asyncio.Event(), set())
-        port, socks = _bind_shared_port(hosts)
+        port, socks = bind_shared_port(hosts)
         servers = []
         for sock, name, behaviour in zip(socks, names, behaviours, strict=True):
             answer: bytes | None = None
             if behaviour == LEADER:
-                answer = response(200, document(name, "primary", names))
+                answer = response(200, patroni_body("primary", name=name, members=names))
             elif behaviour == REPLICA:
-                answer = response(503, document(name, "replica", names))
+                answer = response(503, patroni_body("replica", name=name, members=names))
             sock.listen(1024)
             servers.append(
                 await loop.create_server(
@@ -333,8 +263,8 @@ def _serve_fleet(
     fleet = _Fleet(
         leaders=[0] * clusters,
         answers={
-            True: [response(200, document(n, "primary", names)) for n in names],
-            False: [response(503, document(n, "replica", names)) for n in names],
+            True: [response(200, patroni_body("primary", name=n, members=names)) for n in names],
+            False: [response(503, patroni_body("replica", name=n, members=names)) for n in names],
         },
     )
 
@@ -344,7 +274,7 @@ def _serve_fleet(
         ports = []
         servers = []
         for c in range(clusters):
-            port, socks = _bind_shared_port([fleet_host(c, m) for m in range(members)])
+            port, socks = bind_shared_port([fleet_host(c, m) for m in range(members)])
             ports.append(port)
             for m, sock in enumerate(socks):
                 sock.listen(1024)

@@ -1,4 +1,4 @@
-"""Fleet benchmark: N Patroni clusters behind one Metacontroller queue (issue #11).
+"""Fleet benchmark: N Patroni clusters behind one Metacontroller queue.
 
 Run ``python -m bench.fleet`` for the full table (``--help`` for single rows). What it
 models is Metacontroller v4.17.2, as read in its source (paths in its repository):
@@ -102,7 +102,7 @@ class Policy:
 
     ``poll``: healthy resync of a cluster that only polling can follow (etcd/Consul DCS,
     or event-driven detection off). ``event_resync``: healthy resync of a cluster whose
-    Pods carry Patroni's role label (issue 11c: ``spec.switchover.eventDrivenResyncSeconds``);
+    Pods carry Patroni's role label (``spec.switchover.eventDrivenResyncSeconds``);
     ``None``: no event-driven mode (today's hook). ``from_reply``: in real mode, take the
     hook's own reply (today's hook: 1 s / 0.3 s) instead of these numbers.
     """
@@ -902,9 +902,9 @@ def table(results: Sequence[Result]) -> str:
 
 # -------------------------------------------------------------------------- presets
 
-#: The shipped settings after this issue (deploy/metacontroller-values.yaml,
-#: metacontroller/compositecontroller.yaml) and the hook's defaults (issue 11c: polled
-#: clusters 1 s, event-driven ones 30 s).
+#: The shipped settings (deploy/metacontroller-values.yaml,
+#: metacontroller/compositecontroller.yaml) and the hook's defaults (hooks/switchover.py:
+#: polled clusters 1 s, event-driven ones 30 s).
 SHIPPED = Metacontroller(workers=64, qps=300, burst=100, resync_period=None)
 SHIPPED_POLICY = Policy(poll=1.0, event_resync=30.0, from_reply=False)
 TODAY_POLICY = Policy(poll=1.0, event_resync=None)

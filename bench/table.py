@@ -1,6 +1,6 @@
 """The benchmark table: each ratio measured side by side in one run, printed as markdown.
 
-Rows (goals from issue #5):
+Rows (each with the goal the hook was built to):
 
 * sync latency with 3 healthy members ÷ one direct probe of a member (goal ≤ 2),
   against the real Patroni cluster (devcluster) and against the fake members;

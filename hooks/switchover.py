@@ -4,8 +4,8 @@ A planned switchover on an etcd or Consul DCS changes no Kubernetes object, so o
 ``resyncAfterSeconds`` brings the sync that follows it (the *polled* mode; the cluster's
 ``spec.switchover.pollSeconds``, else the operator's ``PGFH_RESYNC_HEALTHY_SECONDS``).
 Polling every cluster every second is what stops a Metacontroller install from
-scaling past about fifty clusters (issue 11), so a cluster whose member Pods change on
-every switchover may be looked at far less often (the *event-driven* mode,
+scaling past about fifty clusters (docs/scale.md, bench/fleet.py), so a cluster whose
+member Pods change on every switchover may be looked at far less often (the *event-driven* mode,
 ``spec.switchover.eventDrivenResyncSeconds``): the Pod change itself triggers the sync.
 
 Patroni on the Kubernetes DCS gives exactly that: in every HA cycle ``touch_member``

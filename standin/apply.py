@@ -1,17 +1,25 @@
 """What Metacontroller v4.17 does with a hook reply, as a pure, inspectable model.
 
 A DEVELOPMENT STAND-IN, for tests and the local demo: production runs real
-Metacontroller. It models the parts of the contract that can hurt a hook
-(``../shared/notes/metacontroller-contract.md`` §0, §3, §4):
+Metacontroller. It models the parts of the contract that can hurt a hook, as
+Metacontroller v4.17.2 implements them (github.com/metacontroller/metacontroller at tag
+``v4.17.2``; paths relative to that repository; the recorded requests this model is
+tested with are described in ``tests/fixtures/metacontroller/README.md``):
 
-* only HTTP 200 with a JSON object counts; anything else changes nothing;
-* ``responseUnMarshallMode: strict``: an unknown top-level key is an error;
+* only HTTP 200 with a JSON object counts; anything else changes nothing
+  (``pkg/hooks/webhook_plain.go`` ``isStatusSupported``, ``pkg/hooks/webhook.go``);
+* ``responseUnMarshallMode: strict``: an unknown top-level key is an error
+  (``pkg/hooks/webhook.go`` ``responseUnmarshallMode``);
 * children: every observed child that the reply leaves out is deleted (before any
   create or update), new ones are created, existing ones are updated in place
-  (``updateStrategy: InPlace``) with the three-way merge of dynamic apply;
-* the ``controller-uid`` label is added, and every child must then match it;
-* ``finalized: true`` removes the finalizer (and so lets the parent go);
-* ``status`` replaces ``.status`` wholesale, with ``observedGeneration`` injected;
+  (``updateStrategy: InPlace``) with the three-way merge of dynamic apply
+  (``pkg/controller/common/manage_children.go`` ``ManageChildren``/``deleteChildren``,
+  ``pkg/dynamic/apply/apply.go`` ``Merge``);
+* the ``controller-uid`` label is added, and every child must then match it
+  (``pkg/controller/composite/controller.go`` ``syncParentObject``);
+* ``finalized: true`` removes the finalizer (and so lets the parent go) (same function);
+* ``status`` replaces ``.status`` wholesale, with ``observedGeneration`` injected
+  (``pkg/controller/composite/controller.go`` ``updateParentStatus``);
 * child types: Services, EndpointSlices and CronJobs (``World.declared`` says which the
   CompositeController declares; a reply's object of an undeclared type is created once and
   never observed, updated or deleted: metacontroller#238);

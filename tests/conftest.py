@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
 from flask import Flask
@@ -11,12 +10,10 @@ from flask.testing import FlaskClient
 
 from hooks.app import create_app
 from hooks.config import HookSettings
-from tests.helpers import NO_AUTH, FakeProber
+from tests.helpers import NO_AUTH, NOW, FakeProber
 
 # The real 3-member Patroni cluster (session scope): see tests/patroni_fixtures.py.
 pytest_plugins = ["tests.patroni_fixtures"]
-
-NOW = datetime(2026, 8, 20, 10, 0, 0, tzinfo=UTC)
 
 
 @pytest.fixture

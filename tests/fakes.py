@@ -2,7 +2,8 @@
 
 Each :class:`FakeMember` listens on its own loopback address (Linux routes all of
 127.0.0.0/8 to ``lo``, no aliases needed) and answers like Patroni's REST API does:
-HTTP/1.0, ``Connection: close``, no ``Content-Length``, one request per connection.
+HTTP/1.0, no ``Content-Length``, one request per connection (the document, headers and
+sockets come from :mod:`tests.patroni_wire`, shared with the benchmarks' fakes).
 Its :class:`Behaviour` can be switched while it runs, and it records every connection
 (:class:`Exchange`), so a test can prove that a redirect target saw no request or that
 the prober stopped reading a huge body early.
@@ -29,7 +30,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tests.helpers import patroni_body
+from tests.patroni_wire import bind, bind_shared_port, patroni_body, response_head
 
 #: Upper bounds that keep a broken test from hanging the suite.
 MAX_LIFETIME = 60.0  # seconds a fake serves at most
@@ -162,7 +163,7 @@ class FakeMember:
         self._behaviour = behaviour
         self._started = time.monotonic()
         if sock is None:
-            sock = _bind(host, 0)
+            sock = bind(host, 0)
         self.host, self.port = sock.getsockname()[:2]
         if behaviour.kind is Kind.REFUSED:
             sock.close()  # the port was free a moment ago; now nothing listens there
@@ -184,7 +185,7 @@ class FakeMember:
         if behaviour.kind is Kind.REFUSED and not was_refused:
             self._stop_listening()
         elif was_refused and behaviour.kind is not Kind.REFUSED:
-            self._listen(_bind(self.host, self.port))
+            self._listen(bind(self.host, self.port))
 
     def url(self, path: str = "/primary") -> str:
         return f"http://{self.host}:{self.port}{path}"
@@ -334,7 +335,7 @@ class FakeMember:
             return False
         if kind is Kind.DRIP:
             body = json.dumps(self._document("primary")).encode()
-            self._send(conn, exchange, _head(200, "OK"))
+            self._send(conn, exchange, response_head(200))
             for index in range(min(len(body), MAX_DRIP_BYTES)):
                 if self._stop.wait(DRIP_INTERVAL):
                     break
@@ -343,45 +344,44 @@ class FakeMember:
             return False
         if kind is Kind.RESET_MID_BODY:
             body = json.dumps(self._document("primary")).encode()
-            self._send(conn, exchange, _head(200, "OK") + body[: len(body) // 2])
+            self._send(conn, exchange, response_head(200) + body[: len(body) // 2])
             exchange.outcome = "reset sent"
             return True
         if kind is Kind.HUGE:
-            self._send_huge(conn, exchange, behaviour, _head(200, "OK", _length(behaviour)))
+            self._send_huge(conn, exchange, behaviour, response_head(200, _length(behaviour)))
             return False
         if kind is Kind.REDIRECT and behaviour.body_bytes:
             extra = [("Location", behaviour.location), *_length(behaviour)]
-            self._send_huge(conn, exchange, behaviour, _head(302, "Found", extra))
+            self._send_huge(conn, exchange, behaviour, response_head(302, extra))
             return False
-        status, reason, payload = self._payload(behaviour)
+        status, payload = self._payload(behaviour)
         extra = [("Location", behaviour.location)] if kind is Kind.REDIRECT else []
-        self._send(conn, exchange, _head(status, reason, extra) + payload)
+        self._send(conn, exchange, response_head(status, extra) + payload)
         exchange.outcome = "answered"
         return False
 
-    def _payload(self, behaviour: Behaviour) -> tuple[int, str, bytes]:
+    def _payload(self, behaviour: Behaviour) -> tuple[int, bytes]:
         kind = behaviour.kind
         if kind is Kind.LEADER:
-            return 200, "OK", _json(self._document("primary"))
+            return 200, _json(self._document("primary"))
         if kind is Kind.REPLICA:
-            return 503, "Service Unavailable", _json(self._document("replica"))
+            return 503, _json(self._document("replica"))
         if kind is Kind.PROMOTING:
-            return 200, "OK", _json(self._document("replica"))
+            return 200, _json(self._document("replica"))
         if kind is Kind.STOPPING:
-            return 200, "OK", _json(self._document("primary", state="stopping"))
+            return 200, _json(self._document("primary", state="stopping"))
         if kind is Kind.MASTER_V3:
             document = self._document("master")
             document["patroni"]["version"] = "3.3.2"
-            return 200, "OK", _json(document)
+            return 200, _json(document)
         if kind is Kind.GARBAGE:
-            return 200, "OK", b"<html><body>502 Bad Gateway</body></html>\n"
+            return 200, b"<html><body>502 Bad Gateway</body></html>\n"
         if kind is Kind.NOT_PATRONI:
-            return 200, "OK", _json({"hello": 1})
+            return 200, _json({"hello": 1})
         if kind is Kind.REDIRECT:
-            return 302, "Found", b""
+            return 302, b""
         if kind is Kind.RECORDED:
-            reason = "OK" if behaviour.status == 200 else "Service Unavailable"
-            return behaviour.status, reason, behaviour.document.encode()
+            return behaviour.status, behaviour.document.encode()
         raise AssertionError(f"{kind} has no plain payload")
 
     def _document(self, role: str, state: str = "running") -> dict[str, Any]:
@@ -414,7 +414,7 @@ class FakeCluster:
 
     def __init__(self, count: int, *, first_host: int = CLUSTER_FIRST_HOST) -> None:
         self.hosts = [f"{CLUSTER_BASE}{first_host + i}" for i in range(count)]
-        self.port, self._socks = _bind_shared_port(self.hosts)
+        self.port, self._socks = bind_shared_port(self.hosts)
         self.members: list[FakeMember] = []
 
     def start(self, behaviours: Sequence[Behaviour], names: Sequence[str]) -> list[FakeMember]:
@@ -456,7 +456,7 @@ class FullBacklog:
     """
 
     def __init__(self, host: str = "127.0.0.1") -> None:
-        self._listener = _bind(host, 0)
+        self._listener = bind(host, 0)
         self._listener.listen(0)
         self.host, self.port = self._listener.getsockname()[:2]
         self._fillers: list[socket.socket] = []
@@ -492,36 +492,6 @@ class FullBacklog:
 # -------------------------------------------------------------------- helpers
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        # Re-binding a port right after closing it (REFUSED and back) must not
-        # trip over TIME_WAIT connections.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
-def _bind_shared_port(hosts: Sequence[str]) -> tuple[int, list[socket.socket]]:
-    """Bind every host on one port number that is free on all of them."""
-    for _ in range(20):
-        first = _bind(hosts[0], 0)
-        port = first.getsockname()[1]
-        socks = [first]
-        try:
-            for host in hosts[1:]:
-                socks.append(_bind(host, port))
-        except OSError:
-            for sock in socks:
-                sock.close()
-            continue
-        return port, socks
-    raise RuntimeError(f"no port number free on all of {', '.join(hosts)}")
-
-
 def _read_request_line(conn: socket.socket) -> str | None:
     """Read a request head; return its first line, or None if the client sent none."""
     data = b""
@@ -533,19 +503,6 @@ def _read_request_line(conn: socket.socket) -> str | None:
     if not data:
         return None
     return data.split(b"\r\n", 1)[0].decode("latin-1")
-
-
-def _head(status: int, reason: str, extra: Sequence[tuple[str, str]] = ()) -> bytes:
-    """A status line and headers as Patroni's BaseHTTPRequestHandler writes them."""
-    lines = [
-        f"HTTP/1.0 {status} {reason}",
-        "Server: BaseHTTP/0.6 Python/3.11.2",
-        "Date: Thu, 20 Aug 2026 09:47:03 GMT",
-        "Content-Type: application/json",
-        "Connection: close",
-        *(f"{name}: {value}" for name, value in extra),
-    ]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 def _length(behaviour: Behaviour) -> list[tuple[str, str]]:

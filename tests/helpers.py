@@ -5,13 +5,17 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hooks.config import AuthSettings
+from hooks.config import AuthSettings, ResyncTiming
 from hooks.members import MemberStatus, ProbeTarget
+from hooks.probing import probe_targets
+from hooks.schemas import SyncRequest, load_sync_request
 from hooks.switchover import spread_resync
+from hooks.sync import SyncOutcome, reconcile
+from tests.patroni_wire import patroni_body
 
 #: For tests of what the hook answers, not of who may ask: the app's default requires a
 #: bearer token (tests/test_security.py covers that).
@@ -40,33 +44,6 @@ def polled(body: dict[str, Any]) -> dict[str, Any]:
         metadata = pod.get("metadata", {})
         metadata.get("labels", {}).pop("role", None)
         metadata.get("annotations", {}).pop("status", None)
-    return body
-
-
-def patroni_body(
-    role: str = "replica", state: str = "running", timeline: int = 1, name: str = "m"
-) -> dict[str, Any]:
-    """A Patroni 4.1 health-check JSON body."""
-    body: dict[str, Any] = {
-        "state": state,
-        "postmaster_start_time": "2026-08-20 09:10:00.000000+00:00",
-        "role": role,
-        "server_version": 180006,
-        "timeline": timeline,
-        "dcs_last_seen": 1787216000,
-        "database_system_identifier": "7400000000000000000",
-        "patroni": {"version": "4.1.5", "scope": "pg-orders", "name": name},
-    }
-    if role in ("primary", "master"):
-        body["xlog"] = {"location": 50332016}
-    else:
-        body["xlog"] = {
-            "received_location": 50332016,
-            "replayed_location": 50332016,
-            "replayed_timestamp": None,
-            "paused": False,
-        }
-        body["replication_state"] = "streaming"
     return body
 
 
@@ -103,6 +80,40 @@ class FakeProber:
         }
 
 
+# ------------------------------------------------- the pipeline without HTTP (one copy)
+
+#: The one "now" of the tests: a fixed clock, so resync phases and timestamps are stable.
+NOW = datetime(2026, 8, 20, 10, 0, 0, tzinfo=UTC)
+#: Resync periods nobody would pick as defaults (healthy 7 s, degraded 0.25 s), so an
+#: assertion on ``resyncAfterSeconds`` cannot pass by coincidence.
+TIMING = ResyncTiming(healthy=7.0, degraded=0.25)
+
+
+def run(
+    body: Mapping[str, Any],
+    answers: Mapping[str, MemberStatus] | None = None,
+    *,
+    now: datetime = NOW,
+    timing: ResyncTiming = TIMING,
+) -> tuple[SyncRequest, SyncOutcome]:
+    """The app's pipeline without HTTP: load, plan, fake-probe, decide.
+
+    Only the planned targets are "answered", so a Pod the planner skips (no IP, a
+    hostname) never is, as in production.
+    """
+    request = load_sync_request(copy.deepcopy(dict(body)))
+    targets = probe_targets(request)
+    probes = FakeProber(answers).probe(targets) if targets else {}
+    return request, reconcile(request, probes, now=now, timing=timing)
+
+
+def fed_back(body: Mapping[str, Any], outcome: SyncOutcome) -> dict[str, Any]:
+    """The next request after Metacontroller wrote ``outcome``'s status."""
+    following = copy.deepcopy(dict(body))
+    following["parent"]["status"] = copy.deepcopy(outcome.body["status"])
+    return following
+
+
 # ------------------------------------------------------------ plain-dict builders
 # Added for the unit tests of the decision core (tests/test_sync.py, test_schemas.py):
 # small, literal Kubernetes objects shaped like the recorded fixtures, without the
@@ -110,8 +121,26 @@ class FakeProber:
 
 NAMESPACE = "databases"
 CLUSTER = "pg-orders"
+#: The members' Pod names (pg-orders-0 ...), as in the recorded requests.
+P0, P1, P2, P3 = (f"{CLUSTER}-{i}" for i in range(4))
 SERVICE_NAME = "pg-orders-primary"
 PARENT_UID = "6f1d8c3e-2b7a-4e59-9c0d-3a5b7e91f2c4"
+
+
+def claims(
+    name: str, role: str = "replica", state: str = "running", timeline: int = 1
+) -> MemberStatus:
+    """A member answering HTTP 200 on /primary with the given role and state."""
+    return MemberStatus.from_api_response(
+        name, 200, patroni_body(role, state, timeline=timeline, name=name)
+    )
+
+
+def healthy(
+    leading: str = P0, timeline: int = 1, names: Sequence[str] = (P0, P1, P2)
+) -> dict[str, MemberStatus]:
+    """The leader ``leading`` and streaming replicas, as each answers on /primary."""
+    return {n: leader(n, timeline) if n == leading else replica(n, timeline) for n in names}
 
 
 def spread(period: float, now: datetime, body: Mapping[str, Any] | None = None) -> float:

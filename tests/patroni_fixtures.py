@@ -9,6 +9,13 @@ Load it with ``pytest_plugins = ["tests.patroni_fixtures"]`` in ``tests/conftest
 * ``healthy_patroni_cluster`` (function): the same cluster, but first brought back to the
   state every test may assume: all members running, exactly one leader, all others streaming.
   Members a previous test stopped or killed are restarted (rejoining via pg_rewind if needed).
+* ``hook`` (module): the hook under real gunicorn with the production config module
+  (2 workers, 8 threads), one per test module.
+* ``rig`` (function): the Metacontroller stand-in (:mod:`standin.harness`) driving ``hook``
+  for the healthy cluster, started once the Services route to the current leader (and,
+  with ``spec.replicaService``, the read-only endpoints to its replicas); after the test,
+  :func:`assert_invariants` over every sync of the run. Its spec is ``rig_spec``: the seed
+  spec unless a module overrides that fixture or a test parametrizes it indirectly.
 
 Every test that uses either fixture is marked ``patroni`` automatically, so
 ``-m "not patroni"`` deselects all of them.
@@ -17,10 +24,13 @@ Every test that uses either fixture is marked ``patroni`` automatically, so
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from devcluster import ClusterError, PatroniCluster
+from standin.gunicorn import GunicornHook, gunicorn_hook
+from standin.harness import READ_ONLY_SERVICE, Rig, start_rig
 
 _FIXTURES = {"patroni_cluster", "healthy_patroni_cluster"}
 
@@ -58,3 +68,65 @@ def healthy_patroni_cluster(patroni_cluster: PatroniCluster) -> PatroniCluster:
         print(f"\ncluster not healthy, starting a fresh one (logs kept): {exc}")
         patroni_cluster.restart(timeout=90)
     return patroni_cluster
+
+
+@pytest.fixture(scope="module")
+def hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornHook]:
+    """The hook under real gunicorn (production config module), shared by a test module."""
+    with gunicorn_hook(tmp_path_factory.mktemp("hook"), workers=2, threads=8) as running:
+        yield running
+
+
+@pytest.fixture
+def rig_spec(request: pytest.FixtureRequest) -> dict[str, Any] | None:
+    """The parent's spec for ``rig``: the seed spec (None) unless parametrized indirectly."""
+    spec: dict[str, Any] | None = getattr(request, "param", None)
+    return spec
+
+
+@pytest.fixture
+def rig(
+    healthy_patroni_cluster: PatroniCluster, hook: GunicornHook, rig_spec: dict[str, Any] | None
+) -> Iterator[Rig]:
+    """The stand-in driving ``hook`` for the cluster, routed; invariants checked after."""
+    running = start_rig(healthy_patroni_cluster, hook.url, spec=rig_spec)
+    try:
+        leader = healthy_patroni_cluster.leader()
+        assert leader is not None
+        if rig_spec is not None and "replicaService" in rig_spec:
+            replicas = tuple(sorted(n for n in healthy_patroni_cluster.names() if n != leader))
+            running.wait_record(
+                lambda r: r.selected == (leader,) and r.read_only == replicas,
+                timeout=10,
+                what="the Services on the leader and the replicas",
+            )
+        else:
+            running.wait_selected(leader, timeout=10)
+        yield running
+    finally:
+        running.stop()
+    assert_invariants(running)
+
+
+def assert_invariants(rig: Rig) -> None:
+    """What must hold over every sync of a run, whatever the test broke.
+
+    No hook call failed; the primary Service never selected two Pods and, once created,
+    was never dropped. With ``spec.replicaService``: the leader was never among the
+    read-only endpoints, they listed someone at some point, and no reply deleted a
+    read-only object.
+    """
+    read_only = "replicaService" in rig.standin.world.parent["spec"]
+    created = listed = False
+    for record in rig.records:
+        assert record.error is None, f"hook call failed: {record.error}"
+        assert len(record.selected) <= 1, f"Service selected two pods: {record}"
+        created = created or record.service_present
+        assert record.service_present or not created, "the Service was dropped"
+        if read_only:
+            assert not set(record.selected) & set(record.read_only), f"leader listed: {record}"
+            listed = listed or bool(record.read_only)
+            assert record.applied is not None
+            deleted = [o for o in record.applied.deleted_objects if READ_ONLY_SERVICE in o]
+            assert not deleted, record
+    assert listed or not read_only, "the read-only endpoints never listed anyone"

@@ -32,7 +32,7 @@ from celpy import celtypes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.test_manifests import find, rendered
+from tests.manifest_helpers import find, rendered
 
 NAMESPACE = "databases"
 AUTHORITY = "pg-failover-hook-backup-authority"

@@ -28,9 +28,8 @@ from hooks.model import ResyncTiming
 from hooks.patroni import PatroniProber
 from hooks.policy import ProbePolicy, parse_networks, parse_ports
 from tests import fakes
-from tests.conftest import NOW
 from tests.fakes import Behaviour, FakeCluster, FakeMember
-from tests.helpers import NO_AUTH, fixture, polled, spread
+from tests.helpers import NO_AUTH, NOW, fixture, polled, spread
 
 DEADLINE = 1.0
 #: A sync may take the probe deadline plus this much; Metacontroller's timeout is 5 s.

@@ -10,7 +10,7 @@ Test design notes
   ``pg_basebackup``/``pg_verifybackup``/``date`` first on ``PATH``, to prove the file
   handling: a backup is renamed only once verified, failures leave no partial directory and
   prune nothing, leftovers of a killed run are removed, pruning keeps the newest ``keep``
-  verified backups and touches nothing else. (tests/test_readonly_patroni.py runs the same
+  verified backups and touches nothing else. (tests/test_backup_patroni.py runs the same
   text against the real cluster with the real binaries.)
 """
 
@@ -29,20 +29,17 @@ from hooks.model import BACKUP_OF_LABEL, CRONJOB_KEY
 from hooks.parts import backup, backup_cronjob
 from hooks.routing import Decision
 from hooks.schemas import load_spec
-from tests.helpers import PARENT_UID, make_service, seed_spec
-from tests.readonly_helpers import (
-    P0,
+from tests.child_helpers import (
     backup_fields,
     children_of,
     cluster_answers,
     condition,
-    fed_back,
     observed,
     request_body,
-    run,
 )
-from tests.test_manifests import restricted_problems
-from tests.test_sync import DOUBTS
+from tests.doubts import DOUBTS
+from tests.helpers import P0, PARENT_UID, fed_back, make_service, run, seed_spec
+from tests.manifest_helpers import restricted_problems
 
 PRIMARY = make_service(pod=P0)
 CRONJOB = "pg-orders-backup"

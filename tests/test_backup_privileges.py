@@ -29,9 +29,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hooks.parts import backup_cronjob
-from tests.helpers import seed_spec
-from tests.readonly_helpers import P0, children_of, cluster_answers, request_body, run
-from tests.test_manifests import restricted_problems
+from tests.child_helpers import children_of, cluster_answers, request_body
+from tests.helpers import P0, run, seed_spec
+from tests.manifest_helpers import restricted_problems
 
 #: The only keys of spec.backup.secretName the Pod may read (docs/deploy.md).
 SECRET_KEYS = {"username", "password"}

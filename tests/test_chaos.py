@@ -10,35 +10,16 @@ promotion the Service follows within the bound the issue sets (2.5 s).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from bench.failover import run_on
-from devcluster import PatroniCluster
-from standin.gunicorn import GunicornHook, gunicorn_hook
-from standin.harness import Rig, start_rig
+from standin.gunicorn import GunicornHook
+from standin.harness import Rig
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
 
 
-@pytest.fixture
-def rig_and_hook(
-    healthy_patroni_cluster: PatroniCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Rig, GunicornHook]]:
-    with gunicorn_hook(tmp_path_factory.mktemp("chaos")) as hook:
-        rig = start_rig(healthy_patroni_cluster, hook.url)
-        try:
-            leader = healthy_patroni_cluster.leader()
-            assert leader is not None
-            rig.wait_selected(leader, timeout=10)
-            yield rig, hook
-        finally:
-            rig.standin.stop()
-
-
-def test_short_chaos_run_keeps_every_invariant(rig_and_hook: tuple[Rig, GunicornHook]) -> None:
-    rig, hook = rig_and_hook
+def test_short_chaos_run_keeps_every_invariant(rig: Rig, hook: GunicornHook) -> None:
     results = run_on(rig, hook.url, 3, ["graceful", "switchover"], probe_rounds=20, quiet=True)
     assert results["invariants"]["failed_hook_calls"] == 0
     assert results["invariants"]["replies_selecting_two_pods"] == 0

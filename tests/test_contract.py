@@ -11,37 +11,29 @@ on-call engineer sees — not only on the JSON.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 
-from standin.apply import World, apply_reply, check_reply
-from tests.conftest import NOW
-from tests.helpers import SYNC_FIXTURES, FakeProber, down, fixture, leader, replica, spread
+from standin.apply import CRONJOB_KEY, ENDPOINTSLICE_KEY, SERVICE_KEY, check_reply
+from tests.child_helpers import READ_ONLY
+from tests.contract_helpers import condition, healthy, post_and_apply, settle, world_of, world_with
+from tests.helpers import (
+    NOW,
+    P0,
+    P1,
+    P2,
+    SYNC_FIXTURES,
+    FakeProber,
+    down,
+    fixture,
+    leader,
+    replica,
+    spread,
+)
 
 SERVICE = "pg-orders-primary"
 POD_NAME = "statefulset.kubernetes.io/pod-name"
-
-
-def world_of(body: dict[str, Any]) -> World:
-    return World(
-        parent=body["parent"],
-        services=body["children"]["Service.v1"],
-        pods=body["related"]["Pod.v1"],
-    )
-
-
-def post_and_apply(client: FlaskClient, world: World) -> tuple[dict[str, Any], Any]:
-    response = client.post(
-        "/sync", data=json.dumps(world.sync_request()), content_type="application/json"
-    )
-    reply = check_reply(response.status_code, response.data)
-    return reply, apply_reply(world, reply)
-
-
-def condition(world: World, kind: str = "Ready") -> dict[str, Any]:
-    return next(c for c in world.parent["status"]["conditions"] if c["type"] == kind)
 
 
 @pytest.mark.parametrize("name", SYNC_FIXTURES)
@@ -221,3 +213,73 @@ def test_no_reply_outside_finalize_ever_drops_an_observed_service(
         assert observed <= set(world.services)
         for service in world.services.values():
             assert len(world.selected_pods(service["metadata"]["name"])) <= 1
+
+
+# ------------------------------------------------ every child part (read-only Service, backup)
+# The world of tests/contract_helpers.world_with: spec.replicaService and spec.backup set, so
+# the primary Service, the read-only Service with its EndpointSlice and the backup CronJob
+# are created, kept and finalized together.
+
+
+def test_the_first_sync_creates_every_child_and_the_next_ones_write_nothing(
+    client: FlaskClient, prober: FakeProber
+) -> None:
+    healthy(prober)
+    world = world_with()
+    _, applied = post_and_apply(client, world)
+
+    assert sorted(applied.created_objects) == [
+        "CronJob/pg-orders-backup",
+        "EndpointSlice/pg-orders-replicas-ipv4",
+        "Service/pg-orders-primary",
+        "Service/pg-orders-replicas",
+    ]
+    assert world.selected_pods(SERVICE) == [P0]
+    assert world.selected_pods(READ_ONLY) == []  # no selector: only our slice routes
+    assert world.endpoint_pods(READ_ONLY) == [P1, P2]
+    for child in [*world.services.values(), *world.endpointslices.values()]:
+        assert child["metadata"]["labels"]["controller-uid"] == world.uid
+    assert world.parent["status"]["replicaEndpoints"] == [P1, P2]
+
+    steady = settle(client, world)
+    assert steady.writes == ()
+
+
+def test_an_old_compositecontroller_gets_no_untracked_children(
+    client: FlaskClient, prober: FakeProber
+) -> None:
+    healthy(prober)
+    world = world_with()
+    world.declared = (SERVICE_KEY,)
+    _, applied = post_and_apply(client, world)
+    assert applied.created_objects == ("Service/pg-orders-primary",)
+    assert world.untracked == {}
+    assert condition(world, "ReplicasRouted")["reason"] == "EndpointSlicesNotDeclared"
+    assert condition(world, "BackupScheduled")["reason"] == "CronJobsNotDeclared"
+
+
+def test_finalize_deletes_every_child_then_reports_finalized(
+    client: FlaskClient, prober: FakeProber
+) -> None:
+    healthy(prober)
+    world = world_with()
+    settle(client, world)
+    world.parent["metadata"]["deletionTimestamp"] = "2026-08-20T10:05:44Z"
+
+    first, applied = post_and_apply(client, world)
+    assert first["finalized"] is False
+    assert sorted(applied.deleted_objects) == [
+        "CronJob/pg-orders-backup",
+        "EndpointSlice/pg-orders-replicas-ipv4",
+        "Service/pg-orders-primary",
+        "Service/pg-orders-replicas",
+    ]
+    second, _ = post_and_apply(client, world)
+    assert second["finalized"] is True
+    assert world.parent["metadata"]["finalizers"] == []
+
+
+def test_the_recorded_requests_carry_the_declared_child_groups() -> None:
+    for name in ("sync-first-no-service.json", "finalize-parent-deleting.json"):
+        children = fixture(name)["children"]
+        assert list(children) == [CRONJOB_KEY, ENDPOINTSLICE_KEY, SERVICE_KEY]

@@ -11,7 +11,6 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -25,9 +24,7 @@ from hooks.events import EventEmitter
 from hooks.model import ResyncTiming
 from hooks.schemas import load_sync_request
 from hooks.sync import reconcile
-from tests.helpers import NO_AUTH, FakeProber, fixture, leader, replica
-
-NOW = datetime(2026, 8, 20, 10, 0, 0, tzinfo=UTC)
+from tests.helpers import NO_AUTH, NOW, FakeProber, fixture, leader, replica
 
 
 class FakeEventsApi(ThreadingHTTPServer):

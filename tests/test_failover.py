@@ -4,9 +4,9 @@ Test design: the session's 3-member Patroni cluster (PostgreSQL + etcd from whee
 127.0.0.2-4), the hook under gunicorn with the production config module, and the
 Metacontroller stand-in applying every reply as Metacontroller would. Each test breaks
 the cluster one way and asserts on what clients would get: which Pod the Service
-selects, over every sync of the run, not only at the end. Invariants checked after every
-test (``assert_invariants``): the Service is never dropped once created and never
-selects two Pods; no reply is an error.
+selects, over every sync of the run, not only at the end. The ``rig`` fixture
+(tests/patroni_fixtures.py) checks the invariants after every test: the Service is never
+dropped once created and never selects two Pods; no reply is an error.
 
 Bounds are generous multiples of what the benchmark measures (bench/routing_lag.py);
 they catch a broken mechanism (a missed sync, a lost resync), not a slow machine.
@@ -14,55 +14,18 @@ they catch a broken mechanism (a missed sync, a lost resync), not a slow machine
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from devcluster import PatroniCluster
-from standin.gunicorn import GunicornHook, gunicorn_hook
-from standin.harness import SERVICE, Rig, start_rig
+from standin.gunicorn import GunicornHook
+from standin.harness import SERVICE, Rig
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornHook]:
-    with gunicorn_hook(tmp_path_factory.mktemp("hook"), workers=2, threads=8) as running:
-        yield running
-
-
-@pytest.fixture
-def rig(healthy_patroni_cluster: PatroniCluster, hook: GunicornHook) -> Iterator[Rig]:
-    running = start_rig(healthy_patroni_cluster, hook.url)
-    try:
-        leader = healthy_patroni_cluster.leader()
-        assert leader is not None
-        running.wait_selected(leader, timeout=10)
-        yield running
-    finally:
-        running.standin.stop()
-    assert_invariants(running)
-
-
-def assert_invariants(rig: Rig) -> None:
-    created = False
-    for record in rig.records:
-        assert record.error is None, f"hook call failed: {record.error}"
-        assert len(record.selected) <= 1, f"Service selected two pods: {record}"
-        if record.service_present:
-            created = True
-        assert record.service_present or not created, "the Service was dropped"
-
-
 def test_graceful_stop_of_the_leader_moves_the_service(rig: Rig) -> None:
-    cluster = rig.cluster
-    old = cluster.leader()
-    assert old is not None
-    with cluster.watch_leader(exclude={old}) as watch:
-        cluster.stop_member_gracefully(old, wait=False)
-        rig.pod_changed(old, ready=False)
-        election = watch.result(timeout=30)
+    election = rig.lose_leader("graceful", timeout=30).election
     moved = rig.wait_selected(election.name, timeout=10)
     assert moved.finished - election.first_primary < 2.5
     assert rig.selected() == [election.name]
@@ -70,13 +33,7 @@ def test_graceful_stop_of_the_leader_moves_the_service(rig: Rig) -> None:
 
 
 def test_sigkill_of_the_leader_moves_the_service_after_the_ttl(rig: Rig) -> None:
-    cluster = rig.cluster
-    old = cluster.leader()
-    assert old is not None
-    with cluster.watch_leader(exclude={old}) as watch:
-        killed_at = cluster.kill_member(old)
-        rig.pod_changed(old, ready=False)
-        election = watch.result(timeout=60)
+    old, killed_at, election = rig.lose_leader("kill", timeout=60)
     moved = rig.wait_selected(election.name, timeout=10)
     # Until Patroni promoted someone, every sync kept the Service on the dead leader and
     # asked for a fast resync.

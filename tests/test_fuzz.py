@@ -47,9 +47,9 @@ from hooks.app import create_app
 from hooks.config import HookSettings
 from hooks.members import MemberStatus, ProbeTarget
 from standin.apply import HookError, check_reply
-from tests.conftest import NOW
 from tests.helpers import (
     NO_AUTH,
+    NOW,
     SYNC_FIXTURES,
     FakeProber,
     fixture,

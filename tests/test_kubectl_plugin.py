@@ -35,16 +35,16 @@ from flask.testing import FlaskClient
 
 from hooks.plugin import checks, cli
 from standin.apply import World, apply_reply, check_reply
-from tests.helpers import FakeProber, down, fixture, patroni_body
+from tests.child_helpers import MIB, READ_ONLY, answer, backup_fields
+from tests.helpers import P0, P1, P2, FakeProber, down, fixture
 from tests.kubeapi import COMPOSITECONTROLLERS, FakeKubeAPI, endpoint_slice_for
-from tests.readonly_helpers import MIB, READ_ONLY, answer, backup_fields
+from tests.patroni_wire import patroni_body
 from tests.test_layering import _closure
 
 ROOT = Path(__file__).resolve().parent.parent
 NS = "databases"
 CLUSTER = "pg-orders"
 PRIMARY = "pg-orders-primary"
-P0, P1, P2 = "pg-orders-0", "pg-orders-1", "pg-orders-2"
 IPS = {P0: "10.244.1.17", P1: "10.244.2.23", P2: "10.244.3.9"}
 JOB = "pg-orders-backup-29250"
 MC_NS = "metacontroller"

@@ -26,7 +26,7 @@ import pytest
 
 from hooks.members import LEADER_ROLES, MemberStatus, ProbeTarget, ProbeVerdict
 from hooks.model import LEADER_PATHS
-from tests.helpers import patroni_body
+from tests.patroni_wire import patroni_body
 
 LEADER, NOT_LEADER, UNREACHABLE = (
     ProbeVerdict.LEADER,

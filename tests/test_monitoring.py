@@ -44,7 +44,8 @@ from hooks import metrics
 from hooks.app import create_app
 from hooks.config import HookSettings
 from hooks.members import MemberStatus
-from tests.helpers import NO_AUTH, leader, make_service, patroni_body, replica, sync_body
+from tests.helpers import NO_AUTH, leader, make_service, replica, sync_body
+from tests.patroni_wire import patroni_body
 
 REPO = Path(__file__).resolve().parents[1]
 MONITORING = REPO / "deploy" / "monitoring"

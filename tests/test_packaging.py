@@ -131,7 +131,7 @@ def test_make_image_tags_with_a_variable_defaulting_to_the_deployments_image() -
 
 def test_kustomize_images_points_the_deployment_at_your_registry(tmp_path: Path) -> None:
     """What docs/deploy.md tells users to write: an overlay with an `images:` entry."""
-    from tests.test_manifests import kubectl
+    from tests.manifest_helpers import kubectl
 
     name = deployment_image().rsplit(":", 1)[0]
     digest = "sha256:" + "ab" * 32

@@ -34,8 +34,7 @@ from hooks.members import MemberStatus, ProbeTarget, ProbeVerdict
 from hooks.patroni import PatroniProber
 from hooks.policy import ProbePolicy, parse_networks
 from tests.certs import Pair, TestCA
-from tests.conftest import NOW
-from tests.helpers import NO_AUTH, make_pod, make_service, seed_spec, sync_body
+from tests.helpers import NO_AUTH, NOW, make_pod, make_service, seed_spec, sync_body
 
 pytestmark = [pytest.mark.patroni, pytest.mark.slow]
 

@@ -28,9 +28,8 @@ from hooks.model import ResyncTiming
 from hooks.patroni import PatroniProber
 from hooks.policy import ProbePolicy, parse_networks, parse_ports
 from tests import fakes
-from tests.conftest import NOW
 from tests.fakes import Behaviour, FakeCluster
-from tests.helpers import NO_AUTH, fixture
+from tests.helpers import NO_AUTH, NOW, fixture
 
 SHAPES = Path(__file__).parent / "fixtures" / "patroni"
 DEADLINE = 1.0

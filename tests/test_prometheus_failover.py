@@ -36,9 +36,8 @@ import pytest
 import requests
 import yaml
 
-from devcluster import PatroniCluster
-from standin.gunicorn import GunicornHook, free_port, gunicorn_hook, stop
-from standin.harness import Rig, start_rig
+from standin.gunicorn import GunicornHook, free_port, stop
+from standin.harness import Rig
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
 
@@ -79,12 +78,6 @@ class Prometheus:
                 tail = self.log_path.read_text(errors="replace")[-2000:]
                 raise TimeoutError(f"Prometheus: no {what} within {timeout} s\n{tail}")
             time.sleep(0.2)
-
-
-@pytest.fixture(scope="module")
-def hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornHook]:
-    with gunicorn_hook(tmp_path_factory.mktemp("hook"), workers=2, threads=8) as running:
-        yield running
 
 
 @pytest.fixture
@@ -130,18 +123,6 @@ def prometheus(tmp_path: Path, hook: GunicornHook) -> Iterator[Prometheus]:
         stop(process, timeout=10)
 
 
-@pytest.fixture
-def rig(healthy_patroni_cluster: PatroniCluster, hook: GunicornHook) -> Iterator[Rig]:
-    running = start_rig(healthy_patroni_cluster, hook.url)
-    try:
-        leader = healthy_patroni_cluster.leader()
-        assert leader is not None
-        running.wait_selected(leader, timeout=10)
-        yield running
-    finally:
-        running.standin.stop()
-
-
 @dataclass
 class AlertLog:
     """States of one alert as /api/v1/alerts showed them, polled every 0.25 s."""
@@ -172,7 +153,6 @@ class AlertLog:
 def test_the_no_leader_alert_is_pending_during_the_ttl_window_and_resolves_after_the_move(
     rig: Rig, prometheus: Prometheus
 ) -> None:
-    cluster = rig.cluster
     # Prometheus scrapes the hook and evaluates the hook's rules; nothing is active yet.
     prometheus.wait(
         "scrape of the hook",
@@ -197,12 +177,7 @@ def test_the_no_leader_alert_is_pending_during_the_ttl_window_and_resolves_after
     poller = threading.Thread(target=log.run, name="alert-poller", daemon=True)
     poller.start()
     try:
-        old = cluster.leader()
-        assert old is not None
-        with cluster.watch_leader(exclude={old}) as watch:
-            killed_at = cluster.kill_member(old)
-            rig.pod_changed(old, ready=False)
-            election = watch.result(timeout=60)
+        _, killed_at, election = rig.lose_leader("kill", timeout=60)
         moved = rig.wait_selected(election.name, timeout=10)
         # Resolved: not active any more, a few scrapes after the Service moved.
         prometheus.wait(

@@ -34,16 +34,9 @@ import pytest
 import yaml
 from flask.testing import FlaskClient
 
-from tests.helpers import fixture
-from tests.readonly_helpers import (
-    P0,
-    backup_fields,
-    cluster_answers,
-    request_body,
-    rs_spec,
-    run,
-)
-from tests.test_manifests import K8S_VERSIONS, REPO, rendered
+from tests.child_helpers import backup_fields, cluster_answers, request_body, rs_spec
+from tests.helpers import P0, fixture, run
+from tests.manifest_helpers import K8S_VERSIONS, REPO, rendered
 
 HELM_VALUES = REPO / "deploy" / "metacontroller-values.yaml"
 #: The lease Metacontroller's leader election holds (--leader-election-id's default).

@@ -34,48 +34,48 @@ from hooks.parts.primary import desired_service
 from hooks.parts.readonly import format_bytes
 from hooks.routing import Decision
 from hooks.schemas import load_spec
-from tests.helpers import (
-    CLUSTER,
-    NAMESPACE,
-    SERVICE_NAME,
-    down,
-    make_pod,
-    make_service,
-    member_ip,
-    patroni_body,
-    seed_spec,
-    without_resync,
-)
-from tests.readonly_helpers import (
+from tests.child_helpers import (
     LEADER_AT,
     MIB,
-    NOW,
-    P0,
-    P1,
-    P2,
-    P3,
     READ_ONLY,
     SLICE,
     answer,
     children_of,
     cluster_answers,
     condition,
-    fed_back,
     listed_slice,
     observed,
     read_only_service,
     request_body,
     rs_spec,
-    run,
     slice_names,
 )
-from tests.test_sync import DOUBTS, Doubt
+from tests.doubts import DOUBTS, Doubt
+from tests.helpers import (
+    CLUSTER,
+    NAMESPACE,
+    NOW,
+    P0,
+    P1,
+    P2,
+    P3,
+    SERVICE_NAME,
+    down,
+    fed_back,
+    make_pod,
+    make_service,
+    member_ip,
+    run,
+    seed_spec,
+    without_resync,
+)
+from tests.patroni_wire import patroni_body
 
 PRIMARY = make_service(pod=P0)
 
 
 def _body(name: str, **changes: Any) -> dict[str, Any]:
-    """A streaming, caught-up replica's answer (as readonly_helpers.answer), changed."""
+    """A streaming, caught-up replica's answer (as child_helpers.answer), changed."""
     body = patroni_body("replica", name=name)
     body["patroni"]["scope"] = CLUSTER
     body["xlog"] = {"received_location": LEADER_AT, "replayed_location": LEADER_AT, "paused": False}

@@ -40,11 +40,11 @@ from hooks.schemas import bracket_skeleton, load_sync_request, nesting_problem
 from standin.gunicorn import GunicornHook, gunicorn_hook
 from tests import fakes
 from tests.certs import Pair, TestCA
-from tests.conftest import NOW
 from tests.fakes import FakeMember
 from tests.helpers import (
     CLUSTER,
     NO_AUTH,
+    NOW,
     SYNC_FIXTURES,
     FakeProber,
     fixture,

@@ -23,7 +23,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.test_manifests import (
+from tests.manifest_helpers import (
     CC_FILE,
     HELM_VALUES,
     K8S_VERSIONS,

@@ -11,11 +11,10 @@ follows Patroni's REST answer, never the label.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -28,22 +27,24 @@ from hooks.model import (
     RoleLabelSpec,
     SwitchoverSpec,
 )
-from hooks.probing import probe_targets
 from hooks.routing import Decision
-from hooks.schemas import load_spec, load_sync_request
+from hooks.schemas import load_spec
 from hooks.switchover import Detection
-from hooks.sync import SyncOutcome, reconcile
+from hooks.sync import SyncOutcome
 from tests.helpers import (
     CLUSTER,
+    NOW,
+    P0,
+    P1,
+    P2,
     POD_NAME_LABEL,
     SELECTOR,
-    FakeProber,
+    TIMING,
     down,
     fixture,
     leader,
     make_pod,
     make_service,
-    patroni_body,
     polled,
     replica,
     seed_spec,
@@ -51,10 +52,9 @@ from tests.helpers import (
     sync_body,
     without_resync,
 )
+from tests.helpers import run as run_pipeline
+from tests.patroni_wire import patroni_body
 
-NOW = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
-TIMING = ResyncTiming(healthy=7.0, degraded=0.25)
-P0, P1, P2 = (f"{CLUSTER}-{i}" for i in range(3))
 NAMES = (P0, P1, P2)
 SPILO = {"roleLabel": {"key": "spilo-role", "leaderValue": "master"}}
 
@@ -128,9 +128,8 @@ def run_body(
     timing: ResyncTiming = TIMING,
     now: datetime = NOW,
 ) -> SyncOutcome:
-    request = load_sync_request(copy.deepcopy(dict(body)))
-    probes = FakeProber(answers).probe(probe_targets(request))
-    return reconcile(request, probes, now=now, timing=timing)
+    _, outcome = run_pipeline(body, answers, timing=timing, now=now)
+    return outcome
 
 
 def detection(outcome: SyncOutcome) -> tuple[str, str, str, str]:
@@ -537,7 +536,7 @@ def test_the_spec_loads_with_every_default() -> None:
 
 
 def test_the_bounds_are_the_crds() -> None:
-    from tests.test_manifests import crd_schema
+    from tests.manifest_helpers import crd_schema
 
     node = crd_schema()["properties"]["spec"]["properties"]["switchover"]["properties"]
     for name in ("pollSeconds", "eventDrivenResyncSeconds"):
@@ -553,7 +552,7 @@ def test_the_bounds_are_the_crds() -> None:
 
 
 def test_detection_values_are_the_crds_enum() -> None:
-    from tests.test_manifests import crd_schema
+    from tests.manifest_helpers import crd_schema
 
     enum = crd_schema()["properties"]["status"]["properties"]["switchoverDetection"]["enum"]
     assert enum == [d.value for d in Detection]

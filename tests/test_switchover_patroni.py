@@ -23,19 +23,14 @@ from typing import Any
 import pytest
 
 from devcluster import PatroniCluster
-from standin.gunicorn import GunicornHook, gunicorn_hook
+from standin.gunicorn import GunicornHook
 from standin.harness import CLUSTER, PRIMARY_SELECTOR, SERVICE, Rig, start_rig
+from tests.patroni_fixtures import assert_invariants
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
 
 EVENT_DRIVEN_RESYNC = 30.0
 POLL_SECONDS = 3.0
-
-
-@pytest.fixture(scope="module")
-def hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornHook]:
-    with gunicorn_hook(tmp_path_factory.mktemp("hook"), workers=2, threads=8) as running:
-        yield running
 
 
 def spec(**switchover: Any) -> dict[str, Any]:
@@ -90,12 +85,6 @@ def quiet(rig: Rig, resync: float, timeout: float = 10.0) -> int:
         if len(rig.records) == count and count and asks_for(rig.records[-1].resync_after, resync):
             return count
     raise TimeoutError(f"the stand-in did not settle on resyncAfterSeconds {resync}")
-
-
-def assert_invariants(rig: Rig) -> None:
-    for record in rig.records:
-        assert record.error is None, f"hook call failed: {record.error}"
-        assert len(record.selected) <= 1, f"Service selected two pods: {record}"
 
 
 @pytest.fixture

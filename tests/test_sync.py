@@ -8,8 +8,8 @@ Test design notes
   targets → ``reconcile(request, probes, now=..., timing=...)``. A pod the planner
   skips (no IP, a hostname) is therefore never "answered", as in production. No
   network, no Flask.
-* ``TIMING`` uses values nobody would pick as defaults (healthy 7 s, degraded 0.25 s),
-  so an assertion on ``resyncAfterSeconds`` cannot pass by coincidence.
+* ``TIMING`` (tests/helpers.py) uses values nobody would pick as defaults (healthy 7 s,
+  degraded 0.25 s), so an assertion on ``resyncAfterSeconds`` cannot pass by coincidence.
 * The doubt cases are one table (``DOUBTS``). Every row goes through the same strict
   oracle: the children are exactly the observed Service as ``preserved()`` rebuilds it,
   its selector equals the *observed object's* ``spec.selector``, both ``Ready`` and
@@ -29,8 +29,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -40,43 +39,49 @@ from hypothesis import strategies as st
 
 from hooks.keeping import preserved
 from hooks.members import MemberStatus, ProbeTarget
-from hooks.model import LAST_APPLIED_ANNOTATION, LEADER_PATHS, ResyncTiming, SyncRequest
+from hooks.model import LAST_APPLIED_ANNOTATION, LEADER_PATHS, ResyncTiming
 from hooks.probing import probe_targets
 from hooks.routing import Decision
 from hooks.schemas import load_sync_request
 from hooks.switchover import spread_resync
 from hooks.sync import SyncOutcome, reconcile
+from tests.doubts import DOUBT_IDS, DOUBTS, Doubt
 from tests.helpers import (
     CLUSTER,
     INVALID_SPECS,
     NAMESPACE,
+    NOW,
+    P0,
+    P1,
+    P2,
     POD_NAME_LABEL,
     SELECTOR,
     SERVICE_NAME,
-    FakeProber,
+    TIMING,
+    claims,
     down,
+    fed_back,
     fixture,
+    healthy,
     leader,
     make_pod,
     make_service,
     member_ip,
-    patroni_body,
     polled,
     replica,
+    run,
     seed_spec,
     service_selector,
     spread,
     sync_body,
     without_resync,
 )
+from tests.patroni_wire import patroni_body
 
-NOW = datetime(2026, 8, 20, 10, 0, 0, tzinfo=UTC)
 NOW_STAMP = "2026-08-20T10:00:00Z"
 LATER = NOW + timedelta(minutes=7, seconds=13)
 EARLIER_STAMP = "2026-08-20T09:00:00Z"
-TIMING = ResyncTiming(healthy=7.0, degraded=0.25)
 
-P0, P1, P2, P3 = (f"{CLUSTER}-{i}" for i in range(4))
 MANAGED_BY = {"app.kubernetes.io/managed-by": "pg-failover-hook"}
 
 #: Fields the API server owns or allocates: never in a child of a reply.
@@ -105,42 +110,6 @@ SERVER_FIELDS = frozenset(
 
 
 # --------------------------------------------------------------------- helpers
-
-
-def run(
-    body: Mapping[str, Any],
-    answers: Mapping[str, MemberStatus] | None = None,
-    *,
-    now: datetime = NOW,
-    timing: ResyncTiming = TIMING,
-) -> tuple[SyncRequest, SyncOutcome]:
-    """The app's pipeline without HTTP: load, plan, fake-probe, decide."""
-    request = load_sync_request(copy.deepcopy(dict(body)))
-    targets = probe_targets(request)
-    probes = FakeProber(answers).probe(targets) if targets else {}
-    return request, reconcile(request, probes, now=now, timing=timing)
-
-
-def fed_back(body: Mapping[str, Any], outcome: SyncOutcome) -> dict[str, Any]:
-    """The next request after Metacontroller wrote ``outcome``'s status."""
-    following = copy.deepcopy(dict(body))
-    following["parent"]["status"] = copy.deepcopy(outcome.body["status"])
-    return following
-
-
-def claims(
-    name: str, role: str = "replica", state: str = "running", timeline: int = 1
-) -> MemberStatus:
-    """A member answering HTTP 200 on /primary with the given role and state."""
-    return MemberStatus.from_api_response(
-        name, 200, patroni_body(role, state, timeline=timeline, name=name)
-    )
-
-
-def healthy(
-    leading: str = P0, timeline: int = 1, names: Sequence[str] = (P0, P1, P2)
-) -> dict[str, MemberStatus]:
-    return {n: leader(n, timeline) if n == leading else replica(n, timeline) for n in names}
 
 
 def condition(body_or_status: Mapping[str, Any], type_: str) -> dict[str, Any]:
@@ -474,139 +443,6 @@ def test_answers_that_are_not_patroni_do_not_block_the_lock_holder() -> None:
 
 
 # ======================================================================= doubts
-
-
-@dataclass(frozen=True)
-class Doubt:
-    """One case where routing cannot be confirmed."""
-
-    id: str
-    answers: Mapping[str, MemberStatus]
-    reason: Decision
-    says: str
-    pods: Sequence[Mapping[str, Any]] = field(
-        default_factory=lambda: [make_pod(n) for n in (P0, P1, P2)]
-    )
-
-
-def _pods(**overrides: dict[str, Any]) -> list[dict[str, Any]]:
-    """Three member pods; ``overrides`` maps a pod name to ``make_pod`` kwargs."""
-    return [make_pod(n, **overrides.get(n.replace("-", "_"), {})) for n in (P0, P1, P2)]
-
-
-DOUBTS = [
-    Doubt(
-        "no leader: every member answers 503",
-        {P0: replica(P0), P1: replica(P1), P2: replica(P2)},
-        Decision.NO_LEADER,
-        "No member answers 200 on /primary (3 of 3 answered)",
-    ),
-    Doubt(
-        "every member is unreachable",
-        {P0: down(P0), P1: down(P1, "timed out"), P2: down(P2)},
-        Decision.NO_LEADER,
-        "(0 of 3 answered; unreachable: pg-orders-0: connection refused; pg-orders-1: timed out",
-    ),
-    Doubt(
-        "two members answer 200 as primary",
-        {P0: leader(P0), P1: leader(P1), P2: replica(P2)},
-        Decision.MULTIPLE_LEADERS,
-        "Several members answer 200 on /primary: pg-orders-0, pg-orders-1",
-    ),
-    Doubt(
-        "a second member answers 200 while still a replica",
-        {P0: leader(P0), P1: replica(P1), P2: claims(P2)},
-        Decision.MULTIPLE_LEADERS,
-        "Several members answer 200 on /primary: pg-orders-0, pg-orders-2",
-    ),
-    Doubt(
-        "promotion in progress: 200 with role replica",
-        {P0: replica(P0), P1: claims(P1, "replica"), P2: replica(P2)},
-        Decision.LEADER_NOT_READY,
-        "pg-orders-1 holds the leader lock but reports role=replica, state=running",
-    ),
-    Doubt(
-        "leader losing the DCS: 200 with state stopping",
-        {P0: claims(P0, "primary", "stopping"), P1: replica(P1), P2: replica(P2)},
-        Decision.LEADER_NOT_READY,
-        "pg-orders-0 holds the leader lock but reports role=primary, state=stopping",
-    ),
-    Doubt(
-        "leader still starting",
-        {P0: claims(P0, "primary", "starting"), P1: replica(P1), P2: replica(P2)},
-        Decision.LEADER_NOT_READY,
-        "state=starting",
-    ),
-    Doubt(
-        "the leader's pod is terminating",
-        healthy(P1),
-        Decision.LEADER_TERMINATING,
-        "Leader pg-orders-1 is terminating",
-        pods=_pods(pg_orders_1={"deleting": True}),
-    ),
-    Doubt(
-        "the leader's pod lacks the pod-name label",
-        healthy(P1),
-        Decision.LEADER_NOT_SELECTABLE,
-        "Leader pg-orders-1 lacks the label(s) statefulset.kubernetes.io/pod-name",
-        pods=_pods(pg_orders_1={"labels": dict(SELECTOR)}),
-    ),
-    Doubt(
-        "the leader's pod lacks a primarySelector label",
-        healthy(P1),
-        Decision.LEADER_NOT_SELECTABLE,
-        "Leader pg-orders-1 lacks the label(s) cluster-name",
-        pods=_pods(pg_orders_1={"labels": {"application": "patroni", POD_NAME_LABEL: P1}}),
-    ),
-    Doubt(
-        "the leader's pod has another value for a primarySelector label",
-        healthy(P1),
-        Decision.LEADER_NOT_SELECTABLE,
-        "lacks the label(s) application",
-        pods=_pods(
-            pg_orders_1={"labels": {**SELECTOR, "application": "other", POD_NAME_LABEL: P1}}
-        ),
-    ),
-    Doubt(
-        "the leader's pod-name label names another pod",
-        healthy(P1),
-        Decision.LEADER_NOT_SELECTABLE,
-        "lacks the label(s) statefulset.kubernetes.io/pod-name",
-        pods=_pods(pg_orders_1={"labels": {**SELECTOR, POD_NAME_LABEL: P2}}),
-    ),
-    Doubt(
-        "the leader's pod IP answers as another Patroni member",
-        {
-            P0: replica(P0),
-            P1: MemberStatus.from_api_response(P1, 200, patroni_body("primary", name="pg-other-7")),
-            P2: replica(P2),
-        },
-        Decision.MEMBER_NAME_MISMATCH,
-        "Pod pg-orders-1's IP answers as Patroni member 'pg-other-7'",
-    ),
-    Doubt(
-        "no pods at all",
-        {},
-        Decision.NO_MEMBERS,
-        "No Pod matches primarySelector application=patroni,cluster-name=pg-orders",
-        pods=[],
-    ),
-    Doubt(
-        "the leader's pod has no podIP yet",
-        healthy(P1),
-        Decision.NO_LEADER,
-        "(2 of 3 answered; unreachable: pg-orders-1: no pod IP)",
-        pods=_pods(pg_orders_1={"ip": None}),
-    ),
-    Doubt(
-        "the leader's podIP is a hostname",
-        healthy(P1),
-        Decision.NO_LEADER,
-        "unreachable: pg-orders-1: no pod IP",
-        pods=_pods(pg_orders_1={"ip": "evil.example"}),
-    ),
-]
-DOUBT_IDS = [d.id for d in DOUBTS]
 
 
 @pytest.mark.parametrize("doubt", DOUBTS, ids=DOUBT_IDS)
@@ -1763,7 +1599,7 @@ def test_kept_read_only_services_slices_and_cronjobs_are_what_they_were_observed
     # The same rule for the children hooks.replicas and hooks.backup keep (the spec no
     # longer asks for them, so they are kept as they are / suspended): each comes back
     # as its children group's GVK, in the parent's namespace, whatever it claims.
-    from tests.readonly_helpers import (
+    from tests.child_helpers import (
         backup_fields,
         cluster_answers,
         listed_slice,
@@ -1771,11 +1607,8 @@ def test_kept_read_only_services_slices_and_cronjobs_are_what_they_were_observed
         read_only_service,
         request_body,
     )
-    from tests.readonly_helpers import run as run_with_groups
 
-    _, first = run_with_groups(
-        request_body(spec=seed_spec(backup=backup_fields())), cluster_answers(P0)
-    )
+    _, first = run(request_body(spec=seed_spec(backup=backup_fields())), cluster_answers(P0))
     (cronjob,) = observed(*(c for c in first.body["children"] if c["kind"] == "CronJob"))
     kept_objects = {
         ("v1", "Service"): read_only_service(),
@@ -1790,7 +1623,7 @@ def test_kept_read_only_services_slices_and_cronjobs_are_what_they_were_observed
         slices=[kept_objects[("discovery.k8s.io/v1", "EndpointSlice")]],
         cronjobs=[kept_objects[("batch/v1", "CronJob")]],
     )
-    _, outcome = run_with_groups(body, cluster_answers(P0) if routed else {})
+    _, outcome = run(body, cluster_answers(P0) if routed else {})
     replied = {
         (c["metadata"]["name"], c["apiVersion"], c["kind"], c["metadata"]["namespace"])
         for c in outcome.body["children"]

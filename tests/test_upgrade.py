@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from hooks.config import HookSettings
-from tests.test_manifests import HOOK_NAME, find, rendered
+from tests.manifest_helpers import HOOK_NAME, find, rendered
 
 REPO = Path(__file__).resolve().parent.parent
 

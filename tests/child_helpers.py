@@ -10,31 +10,27 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from hooks.members import MemberStatus
-from hooks.model import CRONJOB_KEY, ENDPOINTSLICE_KEY, JOB_KEY, ResyncTiming, SyncRequest
+from hooks.model import CRONJOB_KEY, ENDPOINTSLICE_KEY, JOB_KEY
 from hooks.parts import readonly_objects
-from hooks.probing import probe_targets
-from hooks.schemas import load_sync_request
-from hooks.sync import SyncOutcome, reconcile
+from hooks.sync import SyncOutcome
 from standin.apply import World, apply_reply
 from tests.helpers import (
     CLUSTER,
     NAMESPACE,
+    P0,
+    P1,
+    P2,
     PARENT_UID,
-    FakeProber,
     make_pod,
     member_ip,
-    patroni_body,
     seed_spec,
     sync_body,
 )
+from tests.patroni_wire import patroni_body
 
-NOW = datetime(2026, 8, 20, 10, 0, 0, tzinfo=UTC)
-TIMING = ResyncTiming(healthy=7.0, degraded=0.25)
-P0, P1, P2, P3 = (f"{CLUSTER}-{i}" for i in range(4))
 READ_ONLY = "pg-orders-replicas"
 SLICE = f"{READ_ONLY}-ipv4"
 MIB = 1024 * 1024
@@ -128,26 +124,6 @@ def request_body(
     if jobs is not None:
         body["related"][JOB_KEY] = {j["metadata"]["name"]: copy.deepcopy(dict(j)) for j in jobs}
     return body
-
-
-def run(
-    body: Mapping[str, Any],
-    answers: Mapping[str, MemberStatus] | None = None,
-    *,
-    now: datetime = NOW,
-) -> tuple[SyncRequest, SyncOutcome]:
-    """The app's pipeline without HTTP: load, plan, fake-probe, decide."""
-    request = load_sync_request(copy.deepcopy(dict(body)))
-    targets = probe_targets(request)
-    probes = FakeProber(answers).probe(targets) if targets else {}
-    return request, reconcile(request, probes, now=now, timing=TIMING)
-
-
-def fed_back(body: Mapping[str, Any], outcome: SyncOutcome) -> dict[str, Any]:
-    """The next request after Metacontroller wrote ``outcome``'s status."""
-    following = copy.deepcopy(dict(body))
-    following["parent"]["status"] = copy.deepcopy(outcome.body["status"])
-    return following
 
 
 def observed(*desired: Mapping[str, Any]) -> list[dict[str, Any]]:
