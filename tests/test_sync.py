@@ -1596,7 +1596,7 @@ def test_junk_in_the_parents_conditions_is_ignored(conditions: list[Any]) -> Non
 def test_kept_read_only_services_slices_and_cronjobs_are_what_they_were_observed_as(
     edit: Any, routed: bool
 ) -> None:
-    # The same rule for the children hooks.replicas and hooks.backup keep (the spec no
+    # The same rule for the children the read-only and backup parts keep (the spec no
     # longer asks for them, so they are kept as they are / suspended): each comes back
     # as its children group's GVK, in the parent's namespace, whatever it claims.
     from tests.child_helpers import (
