@@ -27,9 +27,9 @@ from hooks.auth import Authenticator
 from hooks.config import HookSettings
 from hooks.events import EventEmitter, in_cluster_events_api
 from hooks.handler import Deps, Reply, handle_customize, handle_sync
+from hooks.jsonbody import nesting_problem
 from hooks.logs import configure as configure_logging
 from hooks.patroni import PatroniProber, Prober
-from hooks.schemas import nesting_problem
 
 log = logging.getLogger("hooks.app")
 

@@ -43,9 +43,8 @@ worker_tmp_dir = os.environ.get("GUNICORN_WORKER_TMP_DIR") or (
 )
 control_socket_disable = True
 accesslog = "-" if os.environ.get("GUNICORN_ACCESS_LOG", "1") == "1" else None
-logconfig_dict = logging_config(
-    os.environ.get("PGFH_LOG_FORMAT", "json"), os.environ.get("PGFH_LOG_LEVEL", "INFO").upper()
-)
+# The settings as HookSettings read them (one parser, one default for each).
+logconfig_dict = logging_config(_settings.log_format, _settings.log_level)
 # HTTPS (PGFH_TLS_CERT_FILE/PGFH_TLS_KEY_FILE). gunicorn loads the files for every new
 # connection (gthread wraps each accepted socket with a fresh context), so a renewed
 # certificate in the mounted Secret is picked up without a restart.

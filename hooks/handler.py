@@ -18,6 +18,7 @@ from typing import Any
 from hooks import metrics, parts
 from hooks.cluster_event import event_for
 from hooks.config import HookSettings
+from hooks.envelope import RequestError, load_customize_parent, load_sync_request
 from hooks.events import EventEmitter
 from hooks.logs import bound
 from hooks.members import MemberStatus
@@ -25,7 +26,6 @@ from hooks.model import SyncRequest
 from hooks.patroni import Prober
 from hooks.probing import ProbePlan, apply_policy, plan_probes
 from hooks.routing import Decision
-from hooks.schemas import RequestError, load_customize_parent, load_sync_request
 from hooks.sync import SyncOutcome, reconcile
 
 #: The HTTP shell's logger (dashboards and log queries select it by this name).

@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: Patroni 3 said ``master``; Patroni 4 says ``primary``. Normalise to the new word.
-_ROLE_ALIASES = {"master": "primary"}
+from hooks.model import DEFAULT_HEALTH_CHECK_PATH, LEADER_PATHS, ROLE_ALIASES
 
 #: The first Patroni releases whose answers carry these fields (read in Patroni's
 #: ``patroni/api.py`` at each tag): ``replication_state`` since 3.0.4 (patroni#2733),
@@ -48,8 +47,8 @@ class ProbeTarget:
     connect_timeout: float
     read_timeout: float
     #: What the path is (for messages) and which roles a leader reports there.
-    health_path: str = "/primary"
-    leader_roles: frozenset[str] = frozenset({"primary"})
+    health_path: str = DEFAULT_HEALTH_CHECK_PATH
+    leader_roles: frozenset[str] = LEADER_PATHS[DEFAULT_HEALTH_CHECK_PATH]
     #: https only: verify the certificate against this name instead of the IP.
     server_name: str | None = None
 
@@ -145,7 +144,7 @@ class MemberStatus:
         http_status: int,
         body: object,
         *,
-        health_path: str = "/primary",
+        health_path: str = DEFAULT_HEALTH_CHECK_PATH,
         leader_roles: frozenset[str] = LEADER_ROLES,
     ) -> MemberStatus:
         """Interpret Patroni's answer to ``GET <health_path>``.
@@ -205,7 +204,7 @@ class MemberStatus:
 
 def _role(value: object) -> str | None:
     role = _str(value)
-    return _ROLE_ALIASES.get(role, role) if role is not None else None
+    return ROLE_ALIASES.get(role, role) if role is not None else None
 
 
 def _str(value: object) -> str | None:

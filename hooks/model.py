@@ -13,6 +13,7 @@ Pure: no I/O, no environment, no third-party package.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -70,6 +71,10 @@ LEADER_PATHS: Mapping[str, frozenset[str]] = {
     "/standby-leader": frozenset({"standby_leader"}),
     "/standby_leader": frozenset({"standby_leader"}),
 }
+#: ``spec.healthCheckPath`` when the spec does not say.
+DEFAULT_HEALTH_CHECK_PATH = "/primary"
+#: Roles as the REST API and the ``status`` annotation spell them; Patroni 3 said master.
+ROLE_ALIASES: Mapping[str, str] = {"master": "primary"}
 
 # ---------------------------------------------------------------- Kubernetes values
 #: A Kubernetes resource quantity without a sign (``500m``, ``1.5``, ``256Mi``, ``1e3``).
@@ -167,7 +172,7 @@ class ClusterSpec:
 
     primary_selector: Mapping[str, str]
     service_name: str
-    health_check_path: str = "/primary"
+    health_check_path: str = DEFAULT_HEALTH_CHECK_PATH
     patroni_port: int = 8008
     patroni_scheme: str = "http"
     connect_timeout: float = 0.5
@@ -313,3 +318,24 @@ class Condition:
         if generation is not None:
             condition["observedGeneration"] = generation
         return condition
+
+
+# ----------------------------------------------------------------------- defaults
+
+
+def field_default(cls: type[Any], name: str) -> Any:
+    """The default of field ``name`` of the dataclass ``cls``: the one source of it.
+
+    The loaders (:mod:`hooks.schemas`) give marshmallow this as ``load_default``, so a
+    default is written once, on the dataclass. For a field with a ``default_factory`` the
+    factory itself is returned (marshmallow calls a callable default on every load, so
+    no two specs share a mutable default).
+    """
+    for item in dataclasses.fields(cls):
+        if item.name == name:
+            if item.default is not dataclasses.MISSING:
+                return item.default
+            if item.default_factory is not dataclasses.MISSING:
+                return item.default_factory
+            raise LookupError(f"{cls.__name__}.{name} has no default")
+    raise LookupError(f"{cls.__name__} has no field {name!r}")

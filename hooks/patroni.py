@@ -47,9 +47,9 @@ from urllib3.exceptions import (
 from urllib3.util import Url
 from urllib3.util.ssl_match_hostname import CertificateError
 
-from hooks.config import PatroniTLS
+from hooks.config import HookSettings, PatroniTLS
 from hooks.members import MemberStatus, ProbeTarget
-from hooks.model import LEADER_PATHS
+from hooks.model import LEADER_PATHS, field_default
 from hooks.policy import ProbePolicy
 
 _CHUNK = 8192
@@ -91,6 +91,8 @@ class _Failure(Exception):
 class PatroniProber:
     """Concurrent, bounded probes with :mod:`urllib3`.
 
+    The defaults are :class:`~hooks.config.HookSettings`' (the operator's ``PGFH_*``).
+
     :param deadline: the bound of one whole round, in seconds.
     :param max_body_bytes: the largest body read from a member (Patroni's is ~1 KiB).
     :param threads: size of the process-wide pool shared by all concurrent syncs.
@@ -105,9 +107,9 @@ class PatroniProber:
     def __init__(
         self,
         *,
-        deadline: float = 2.0,
-        max_body_bytes: int = 65536,
-        threads: int = 64,
+        deadline: float = field_default(HookSettings, "probe_deadline"),
+        max_body_bytes: int = field_default(HookSettings, "max_probe_body_bytes"),
+        threads: int = field_default(HookSettings, "probe_threads"),
         policy: ProbePolicy | None = None,
         tls: PatroniTLS | None = None,
     ):

@@ -24,6 +24,8 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from hooks.model import ClusterSpec, field_default
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -49,7 +51,8 @@ SPECIAL_NETWORKS: tuple[tuple[IPNetwork, str], ...] = tuple(
     )
 )
 
-DEFAULT_PATRONI_PORTS = frozenset({8008})
+#: Without PGFH_ALLOWED_PATRONI_PORTS: the Patroni port a spec gets when it names none.
+DEFAULT_PATRONI_PORTS: frozenset[int] = frozenset({field_default(ClusterSpec, "patroni_port")})
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,7 @@ from hooks.model import (
     PATRONI_LEADER_VALUES,
     PATRONI_REPLICA_VALUES,
     PATRONI_ROLE_LABEL,
+    ROLE_ALIASES,
     STATUS_ANNOTATION,
     ClusterSpec,
     Condition,
@@ -60,8 +61,6 @@ from hooks.model import (
 
 #: The status condition that explains the mode.
 CONDITION = "SwitchoverDetection"
-#: Roles as the ``status`` annotation and the REST API spell them; Patroni 3 said master.
-_ROLE_ALIASES = {"master": "primary"}
 #: At most this many Pods are named in a message (the rest are counted).
 _NAMED = 3
 
@@ -275,7 +274,7 @@ def _annotation_role(raw: object) -> str | None:
     role = data.get("role")
     if not isinstance(role, str) or not role or not isinstance(data.get("state"), str):
         return None
-    return _ROLE_ALIASES.get(role, role)
+    return ROLE_ALIASES.get(role, role)
 
 
 def _names(items: Sequence[str]) -> str:

@@ -9,10 +9,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hooks.config import AuthSettings, ResyncTiming
+from hooks.config import AuthSettings
+from hooks.envelope import load_sync_request
 from hooks.members import MemberStatus, ProbeTarget
+from hooks.model import ResyncTiming, SyncRequest
 from hooks.probing import probe_targets
-from hooks.schemas import SyncRequest, load_sync_request
 from hooks.switchover import spread_resync
 from hooks.sync import SyncOutcome, reconcile
 from tests.patroni_wire import patroni_body

@@ -20,9 +20,9 @@ from kubernetes import client as k8s
 from hooks.app import create_app
 from hooks.cluster_event import event_for
 from hooks.config import HookSettings
+from hooks.envelope import load_sync_request
 from hooks.events import EventEmitter
 from hooks.model import ResyncTiming
-from hooks.schemas import load_sync_request
 from hooks.sync import reconcile
 from tests.helpers import NO_AUTH, NOW, FakeProber, fixture, leader, replica
 

@@ -39,7 +39,6 @@ from tests.child_helpers import MIB, READ_ONLY, answer, backup_fields
 from tests.helpers import P0, P1, P2, FakeProber, down, fixture
 from tests.kubeapi import COMPOSITECONTROLLERS, FakeKubeAPI, endpoint_slice_for
 from tests.patroni_wire import patroni_body
-from tests.test_layering import _closure
 
 ROOT = Path(__file__).resolve().parent.parent
 NS = "databases"
@@ -789,21 +788,6 @@ def test_pods_that_cannot_be_listed_are_said_not_guessed(
         'permission: pods is forbidden: User "jane@example.com" cannot list resource "pods" in '
         'API group "" in the namespace "databases"'
     ]
-
-
-# ------------------------------------------------------------------ layering
-
-
-def test_the_plugin_and_the_hook_stay_apart() -> None:
-    """The plugin reads the Kubernetes API only (no web framework, no direct Patroni probing),
-    and nothing the hook serves imports the plugin: scanned like tests/test_layering.py."""
-    _, named = _closure("hooks.plugin.cli")
-    banned = ("flask", "werkzeug", "gunicorn", "requests", "hooks.app", "hooks.patroni")
-    assert not {n for n in named for b in banned if n == b or n.startswith(f"{b}.")}
-    assert "kubernetes" in {n.split(".")[0] for n in named}  # the scan does see imports
-    reached, _ = _closure("hooks.app")
-    assert "hooks.patroni" in reached
-    assert not {m for m in reached if m.startswith("hooks.plugin")}
 
 
 @pytest.mark.slow

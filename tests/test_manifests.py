@@ -225,7 +225,7 @@ def test_structural_check_negative_control() -> None:
 
 def test_the_crd_spec_and_the_hooks_marshmallow_schema_name_the_same_fields() -> None:
     """One contract, two readers: the API server (CRD) and the hook (marshmallow)."""
-    from hooks import schemas
+    from hooks import part_schemas, schemas
 
     spec = crd_schema()["properties"]["spec"]["properties"]
     readers = {
@@ -242,17 +242,17 @@ def test_the_crd_spec_and_the_hooks_marshmallow_schema_name_the_same_fields() ->
         ),
         "spec.replicaService": (
             spec["replicaService"]["properties"],
-            schemas._ReplicaServiceSchema(),
+            part_schemas.ReplicaServiceSchema(),
         ),
-        "spec.backup": (spec["backup"]["properties"], schemas._BackupSchema()),
-        "spec.switchover": (spec["switchover"]["properties"], schemas._SwitchoverSchema()),
+        "spec.backup": (spec["backup"]["properties"], part_schemas.BackupSchema()),
+        "spec.switchover": (spec["switchover"]["properties"], part_schemas.SwitchoverSchema()),
         "spec.switchover.roleLabel": (
             spec["switchover"]["properties"]["roleLabel"]["properties"],
-            schemas._RoleLabelSchema(),
+            part_schemas.RoleLabelSchema(),
         ),
         "spec.backup.resources": (
             spec["backup"]["properties"]["resources"]["properties"],
-            schemas._ResourcesSchema(),
+            part_schemas.ResourcesSchema(),
         ),
     }
     for path, (crd_fields, marshmallow_schema) in readers.items():

@@ -1,8 +1,9 @@
-"""Unit tests of the domain values in :mod:`hooks.model` that carry behaviour.
+"""Unit tests of what :mod:`hooks.model` carries beyond plain fields.
 
-The dataclasses are exercised through every other test; what is tested here is the
-:class:`~hooks.model.Condition` value: reading one back from a parent's (untrusted)
-status and writing one with a ``lastTransitionTime`` that moves only with ``status``.
+The dataclasses are exercised through every other test; tested here are the
+:class:`~hooks.model.Condition` value (read back from a parent's untrusted status,
+written with a ``lastTransitionTime`` that moves only with ``status``) and the one
+source of each spec default (:func:`~hooks.model.field_default`, read by the loaders).
 """
 
 from __future__ import annotations
@@ -11,7 +12,17 @@ from typing import Any
 
 import pytest
 
-from hooks.model import CONDITION_STATUSES, Condition
+from hooks.model import (
+    CONDITION_STATUSES,
+    BackupSpec,
+    ClusterSpec,
+    Condition,
+    ReplicaServiceSpec,
+    RoleLabelSpec,
+    SwitchoverSpec,
+    field_default,
+)
+from hooks.schemas import load_spec
 
 STAMP = "2026-11-30T21:00:00Z"
 EARLIER = "2026-11-29T08:15:00Z"
@@ -85,3 +96,41 @@ def test_a_condition_is_a_frozen_value() -> None:
     with pytest.raises(AttributeError):
         READY.status = "False"  # type: ignore[misc]
     assert CONDITION_STATUSES == ("True", "False", "Unknown")
+
+
+# ----------------------------------------------------------------------- defaults
+
+BACKUP_REQUIRED = {"schedule": "@daily", "image": "pg:17", "pvcName": "b", "secretName": "s"}
+
+
+def test_a_spec_that_names_only_what_is_required_gets_the_dataclass_defaults() -> None:
+    """The loaders take every default from the model: a minimal spec loads into exactly
+    the dataclasses built with their own defaults (nothing else can differ)."""
+    spec, problems = load_spec(
+        {
+            "primarySelector": {"cluster-name": "pg"},
+            "serviceRef": {"name": "pg-rw"},
+            "replicaService": {"name": "pg-ro"},
+            "backup": BACKUP_REQUIRED,
+            "switchover": {"roleLabel": {"key": "spilo-role"}},
+        }
+    )
+    assert problems == ()
+    assert spec == ClusterSpec(
+        primary_selector={"cluster-name": "pg"},
+        service_name="pg-rw",
+        replica_service=ReplicaServiceSpec("pg-ro"),
+        backup=BackupSpec("@daily", "pg:17", "b", "s"),
+        switchover=SwitchoverSpec(role_label=RoleLabelSpec("spilo-role")),
+    )
+    bare, _ = load_spec({"primarySelector": {"cluster-name": "pg"}, "serviceRef": {"name": "x"}})
+    assert bare == ClusterSpec(primary_selector={"cluster-name": "pg"}, service_name="x")
+
+
+def test_field_default_reads_values_and_factories_and_refuses_the_rest() -> None:
+    assert field_default(ClusterSpec, "health_check_path") == "/primary"
+    assert field_default(ClusterSpec, "service_labels") is dict
+    with pytest.raises(LookupError, match="has no default"):
+        field_default(ClusterSpec, "service_name")
+    with pytest.raises(LookupError, match="no field 'nope'"):
+        field_default(ClusterSpec, "nope")

@@ -20,11 +20,11 @@ import pytest
 import yaml
 
 from hooks import parts
+from hooks.envelope import load_sync_request
 from hooks.model import ClusterSpec, Condition, ResyncTiming
 from hooks.parts import backup, primary, readonly
 from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
 from hooks.plugin import checks
-from hooks.schemas import load_sync_request
 from hooks.sync import reconcile
 from tests.helpers import CLUSTER, NAMESPACE, leader, replica, sync_body
 

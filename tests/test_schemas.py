@@ -29,15 +29,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from marshmallow import ValidationError
 
-from hooks.model import LEADER_PATHS, ClusterSpec, ServicePort, SpecProblem
-from hooks.schemas import (
+from hooks.envelope import (
     RequestError,
     SyncEnvelopeSchema,
     check_sync_envelope,
     load_customize_request,
-    load_spec,
     load_sync_request,
 )
+from hooks.model import LEADER_PATHS, ClusterSpec, ServicePort, SpecProblem
+from hooks.schemas import load_spec
 from tests.helpers import (
     CLUSTER,
     INVALID_SPECS,

@@ -37,12 +37,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hooks.envelope import load_sync_request
 from hooks.keeping import preserved
 from hooks.members import MemberStatus, ProbeTarget
 from hooks.model import LAST_APPLIED_ANNOTATION, LEADER_PATHS, ResyncTiming
 from hooks.probing import probe_targets
 from hooks.routing import Decision
-from hooks.schemas import load_sync_request
 from hooks.switchover import spread_resync
 from hooks.sync import SyncOutcome, reconcile
 from tests.doubts import DOUBT_IDS, DOUBTS, Doubt

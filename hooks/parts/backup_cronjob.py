@@ -15,7 +15,15 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from hooks.model import BACKUP_OF_LABEL, MANAGED_BY, MANAGED_BY_LABEL, QUANTITY, ClusterSpec
+from hooks.model import (
+    BACKUP_OF_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    QUANTITY,
+    BackupSpec,
+    ClusterSpec,
+    field_default,
+)
 
 CONTAINER = "basebackup"
 MOUNT_PATH = "/backups"
@@ -30,7 +38,10 @@ STARTING_DEADLINE_SECONDS = 3600
 BACKOFF_LIMIT = 1
 
 
-def backup_script(keep: int, active_deadline_seconds: int = 6 * 3600) -> str:
+def backup_script(
+    keep: int,
+    active_deadline_seconds: int = field_default(BackupSpec, "active_deadline_seconds"),
+) -> str:
     """The shell script the backup Job runs (POSIX ``sh``, plus ``find -maxdepth -mmin``).
 
     It reads ``PGHOST``, ``PGPORT``, ``PGUSER`` (and ``PGPASSWORD``, through libpq) and

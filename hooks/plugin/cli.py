@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TextIO
 
 from hooks.members import MemberStatus
+from hooks.model import ClusterSpec, field_default
 from hooks.plugin import checks, report
 from hooks.plugin.checks import Check
 from hooks.plugin.kube import Kube, KubeError, connect
@@ -188,8 +189,8 @@ def _ask_patroni(
     """Every member's ``GET /patroni`` at once (bounded: one request per Pod, each timed out)."""
     ns = cluster["metadata"].get("namespace", "")
     patroni = (cluster.get("spec") or {}).get("patroni") or {}
-    port = patroni.get("port", 8008)
-    scheme = patroni.get("scheme", "http")
+    port = patroni.get("port", field_default(ClusterSpec, "patroni_port"))
+    scheme = patroni.get("scheme", field_default(ClusterSpec, "patroni_scheme"))
     names = sorted(str(p["metadata"]["name"]) for p in pods if (p.get("status") or {}).get("podIP"))
     if not names:
         return {}
