@@ -6,7 +6,9 @@
 #   deploy/rotate-credentials.sh tls       # deploy/mtls: pin the renewed client certificate and CA
 #
 # Needs python3 (3.11+, standard library only) and kubectl with rights to read and patch the
-# Secrets involved, patch the CompositeController, list Events and exec into the hook pods.
+# Secrets involved, list and patch CompositeControllers (every one that names the Secret is
+# rotated: pg-failover-hook, or each pg-failover-hook-<k> of deploy/sharding), list Events and
+# exec into the hook pods.
 # What it does and why: ops/rotate.py; docs/security.md, "Rotating the token".
 set -eu
 root=$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)

@@ -12,8 +12,18 @@ and rebuilt (Events ``Stopped`` and ``Started`` on the CompositeController, or
 ``CreateError`` if a Secret or key is missing; the old controller is then already stopped).
 
 So every rotation writes the new credential under a **new key** (``token-<stamp>``,
-``tls-<stamp>.crt`` …), makes sure the hook accepts it, points the CompositeController at
-that key, waits for Metacontroller's ``Started`` Event, and only then removes what is old:
+``tls-<stamp>.crt`` …), makes sure the hook accepts it, points the CompositeControllers at
+that key, waits for Metacontroller's ``Started`` Event on each, and only then removes what is
+old.
+
+Which CompositeControllers: **every one whose spec names the Secret** being rotated, found by
+listing them all. One install has one (``pg-failover-hook``); the sharded install
+(``deploy/sharding``) has one per shard (``pg-failover-hook-<k>``), each run by its own
+Metacontroller install that records its own Events. They share the Secret, so they are
+rotated together: removing an old key that one of them still sends would lock that shard out.
+The Secret reference is the criterion (not a name, label or hook URL) because it is exactly
+what makes a controller depend on the keys this removes.
+
 
 ``token``
     1. add ``token-<stamp>`` to ``pg-failover-hook-auth`` (the hook accepts every key of its
@@ -21,23 +31,26 @@ that key, waits for Metacontroller's ``Started`` Event, and only then removes wh
        the mount, within about a minute);
     2. wait until every running hook pod sees the new file (``kubectl exec``; or a fixed
        wait with ``--pod-check sleep``);
-    3. point every ``authorization.secretRef`` of the CompositeController that names the
-       Secret at ``token-<stamp>`` (a JSON patch with ``test`` ops: a concurrent change
-       makes it fail instead of being overwritten);
-    4. wait for Metacontroller's ``Started`` Event (it now sends the new token);
-    5. write the new token under ``token`` too and remove the other ``token*`` keys (unless
-       ``--keep-old``). ``token`` always holds the current token because the manifests
-       name it: re-applying ``deploy/`` points Metacontroller back at ``token``, a spec
-       change that rebuilds with the current token instead of a stale or missing one.
+    3. point every ``authorization.secretRef`` that names the Secret, in every
+       CompositeController, at ``token-<stamp>`` (one JSON patch per controller, with
+       ``test`` ops: a concurrent change makes it fail instead of being overwritten);
+    4. wait for each controller's ``Started`` Event (each now sends the new token);
+    5. check that no CompositeController names an old key any more (one applied meanwhile
+       stops the rotation here, before anything is removed), then write the new token
+       under ``token`` too and remove the other ``token*`` keys (unless ``--keep-old``).
+       ``token`` always holds the current token because the manifests name it:
+       re-applying ``deploy/`` points Metacontroller back at ``token``, a spec change that
+       rebuilds with the current token instead of a stale or missing one.
 
 ``tls`` (with ``deploy/mtls``)
     cert-manager renews ``metacontroller/metacontroller-client-tls`` in place, which
     Metacontroller never notices. This copies the current client certificate and key, and
     the hook's CA (``ca.crt`` of ``pg-failover-hook-tls``), into pinned Secrets under
-    stamped keys, points ``clientTLS`` and ``caBundle`` at them, waits for ``Started`` and
-    prunes older stamped keys. It does nothing when the pinned copy is already current, so
-    it can run from a daily CronJob: cert-manager renews at two thirds of a certificate's
-    lifetime, which leaves the last third for this to pick the renewal up.
+    stamped keys, points ``clientTLS`` and ``caBundle`` of every CompositeController whose
+    ``clientTLS`` names the client certificate (or its pinned copy) at them, waits for
+    ``Started`` on each and prunes older stamped keys. It does nothing when the pinned copy
+    is already current, so it can run from a daily CronJob: cert-manager renews at two thirds
+    of a certificate's lifetime, which leaves the last third for this to pick the renewal up.
 
 The procedure talks to the cluster through :class:`Cluster`; :class:`KubectlCluster` runs
 ``kubectl``, and the stand-in's model (``standin/credentials.py``) runs the same procedure
@@ -75,7 +88,6 @@ class RotationError(Exception):
 class Names:
     """Where things are; the defaults are those of ``deploy/`` and ``deploy/mtls``."""
 
-    compositecontroller: str = "pg-failover-hook"
     hook_namespace: str = "pg-failover-hook"
     token_secret: str = "pg-failover-hook-auth"
     #: Label selector of the hook pods, their container, and where the Secret is mounted.
@@ -127,14 +139,14 @@ class Cluster(Protocol):
     ) -> None:
         """Add or replace keys and remove keys; create the Secret if it does not exist."""
 
-    def compositecontroller(self, name: str) -> dict[str, Any]:
-        """The CompositeController object."""
+    def compositecontrollers(self) -> list[dict[str, Any]]:
+        """Every CompositeController object in the cluster."""
 
     def patch_compositecontroller(self, name: str, patch: list[dict[str, Any]]) -> None:
         """Apply a JSON patch (RFC 6902) to the CompositeController."""
 
     def events(self, name: str) -> list[tuple[str, str, int]]:
-        """``(reason, message, count)`` of the Events on the CompositeController."""
+        """``(reason, message, count)`` of the Events on the CompositeController ``name``."""
 
     def hook_pods_with_file(self, names: Names, path: str) -> tuple[int, int]:
         """``(pods that have the file, running hook pods)``."""
@@ -200,27 +212,72 @@ def _wait(
         cluster.sleep(poll)
 
 
+def _name(cc: Mapping[str, Any]) -> str:
+    return str((cc.get("metadata") or {}).get("name", ""))
+
+
+def _spec(cc: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = cc.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _repoint(cluster: Cluster, timing: Timing, patches: Mapping[str, list[dict[str, Any]]]) -> None:
+    """Patch each CompositeController, then wait until Metacontroller rebuilt every one.
+
+    All are patched before any wait: each runs in its own Metacontroller install (sharded),
+    so they rebuild side by side. A failed patch or rebuild stops here, before anything old
+    is removed; the message says which controllers already use the new credential.
+    """
+    markers = {
+        name: (
+            _events_marker(cluster, name, EVENT_STARTED),
+            _events_marker(cluster, name, EVENT_CREATE_ERROR),
+        )
+        for name in patches
+    }
+    done: list[str] = []
+    for name, patch in patches.items():
+        try:
+            cluster.patch_compositecontroller(name, patch)
+        except RotationError as error:
+            raise RotationError(
+                f"patching CompositeController {name} failed ({error}); "
+                + (f"already pointed at the new key: {', '.join(done)}; " if done else "")
+                + "nothing old was removed, run the rotation again"
+            ) from error
+        done.append(name)
+    for name in patches:
+        _wait_rebuilt(cluster, name, timing, *markers[name])
+
+
 def _wait_rebuilt(
-    cluster: Cluster, names: Names, timing: Timing, started_before: int, errors_before: int
+    cluster: Cluster, name: str, timing: Timing, started_before: int, errors_before: int
 ) -> None:
     """Wait for Metacontroller's ``Started`` Event after the patch; fail on ``CreateError``."""
 
     def done() -> bool:
-        if _events_marker(cluster, names.compositecontroller, EVENT_CREATE_ERROR) > errors_before:
-            messages = [
-                m
-                for r, m, _ in cluster.events(names.compositecontroller)
-                if r == EVENT_CREATE_ERROR
-            ]
+        if _events_marker(cluster, name, EVENT_CREATE_ERROR) > errors_before:
+            messages = [m for r, m, _ in cluster.events(name) if r == EVENT_CREATE_ERROR]
             raise RotationError(
-                "Metacontroller could not rebuild the controller "
+                f"Metacontroller could not rebuild CompositeController {name} "
                 f"({messages[-1] if messages else 'CreateError'}); no sync runs until it can. "
                 "Nothing old was removed: fix the Secret or point the CompositeController "
                 "back at the previous key"
             )
-        return _events_marker(cluster, names.compositecontroller, EVENT_STARTED) > started_before
+        return _events_marker(cluster, name, EVENT_STARTED) > started_before
 
-    _wait(cluster, timing.rebuild_timeout, timing.poll, done, "Metacontroller's Started Event")
+    _wait(cluster, timing.rebuild_timeout, timing.poll, done, f"the Started Event on {name}")
+
+
+def _token_refs(cc: Mapping[str, Any], names: Names) -> list[tuple[str | int, ...]]:
+    """Where ``cc`` names the token Secret (``authorization.secretRef``)."""
+    spec = _spec(cc)
+    return [
+        loc
+        for loc in _auth_locations(spec)
+        if _get(spec, (*loc, "authorization", "secretRef", "name")) == names.token_secret
+        and _get(spec, (*loc, "authorization", "secretRef", "namespace")) == names.hook_namespace
+    ]
 
 
 # ------------------------------------------------------------------------ token
@@ -245,18 +302,15 @@ def rotate_token(
     report.new_key = new_key
     ns, secret = names.hook_namespace, names.token_secret
 
-    cc = cluster.compositecontroller(names.compositecontroller)
-    spec = cc.get("spec") or {}
-    refs = [
-        loc
-        for loc in _auth_locations(spec)
-        if _get(spec, (*loc, "authorization", "secretRef", "name")) == secret
-        and _get(spec, (*loc, "authorization", "secretRef", "namespace")) == ns
-    ]
-    if not refs:
+    controllers = {
+        _name(cc): (cc, refs)
+        for cc in cluster.compositecontrollers()
+        if (refs := _token_refs(cc, names))
+    }
+    if not controllers:
         raise RotationError(
-            f"CompositeController {names.compositecontroller} has no authorization.secretRef "
-            f"naming {ns}/{secret}; nothing to rotate"
+            f"no CompositeController has an authorization.secretRef naming {ns}/{secret}; "
+            "nothing to rotate"
         )
     existing = cluster.secret_data(ns, secret) or {}
     if new_key in existing:
@@ -282,22 +336,42 @@ def rotate_token(
         )
         report.say(f"every running hook pod has {path}")
 
-    # 3. The spec change that makes Metacontroller read the Secret again.
-    started = _events_marker(cluster, names.compositecontroller, EVENT_STARTED)
-    errors = _events_marker(cluster, names.compositecontroller, EVENT_CREATE_ERROR)
-    patch: list[dict[str, Any]] = []
-    for loc in refs:
-        path_ = _pointer("spec", *loc, "authorization", "secretRef", "key")
-        old = _get(spec, (*loc, "authorization", "secretRef", "key"))
-        patch.append({"op": "test", "path": path_, "value": old})
-        patch.append({"op": "replace", "path": path_, "value": new_key})
-    cluster.patch_compositecontroller(names.compositecontroller, patch)
+    # 3. The spec change that makes Metacontroller read the Secret again, in every
+    # CompositeController that names it.
+    patches: dict[str, list[dict[str, Any]]] = {}
+    for name, (cc, refs) in sorted(controllers.items()):
+        patch: list[dict[str, Any]] = []
+        for loc in refs:
+            path_ = _pointer("spec", *loc, "authorization", "secretRef", "key")
+            old = _get(_spec(cc), (*loc, "authorization", "secretRef", "key"))
+            patch.append({"op": "test", "path": path_, "value": old})
+            patch.append({"op": "replace", "path": path_, "value": new_key})
+        patches[name] = patch
+    count = sum(len(refs) for _, refs in controllers.values())
+    report.say(
+        f"pointing {count} authorization.secretRef(s) at key {new_key} in "
+        f"CompositeController(s) {', '.join(patches)}"
+    )
+    _repoint(cluster, timing, patches)
     report.changed = True
-    report.say(f"pointed {len(refs)} authorization.secretRef(s) at key {new_key}")
 
-    # 4. Metacontroller rebuilt the controller: it sends the new token now.
-    _wait_rebuilt(cluster, names, timing, started, errors)
-    report.say("Metacontroller rebuilt the controller (Event Started)")
+    # 4. Metacontroller rebuilt every controller: each sends the new token now.
+    report.say(f"Metacontroller rebuilt {len(patches)} controller(s) (Event Started on each)")
+
+    # A CompositeController applied meanwhile (a new shard, deploy/ re-applied) may still
+    # send an old key: removing it, or rewriting "token", would lock it out.
+    behind = sorted(
+        _name(cc)
+        for cc in cluster.compositecontrollers()
+        for loc in _token_refs(cc, names)
+        if _get(_spec(cc), (*loc, "authorization", "secretRef", "key")) != new_key
+    )
+    if behind:
+        raise RotationError(
+            f"CompositeController(s) {', '.join(sorted(set(behind)))} name an older key of "
+            f"{ns}/{secret} (changed during the rotation); nothing old was removed: "
+            "run the rotation again"
+        )
 
     # 5. "token" holds the current token; the old ones go.
     old_keys = [
@@ -328,12 +402,16 @@ def rotate_tls(
     """Pin the current client certificate and hook CA under stamped keys (``deploy/mtls``)."""
     report = Report()
     stamp = stamp or stamp_now()
-    cc = cluster.compositecontroller(names.compositecontroller)
-    spec = cc.get("spec") or {}
-    locations = [loc for loc in _auth_locations(spec) if _get(spec, (*loc, "clientTLS"))]
-    if not locations:
+    controllers = {
+        _name(cc): (_spec(cc), locations)
+        for cc in cluster.compositecontrollers()
+        if (locations := _client_tls_locations(cc, names))
+    }
+    if not controllers:
         raise RotationError(
-            f"CompositeController {names.compositecontroller} has no clientTLS: apply deploy/mtls"
+            "no CompositeController has a clientTLS naming "
+            f"{names.client_namespace}/{names.client_secret} (or its pinned copy): "
+            "apply deploy/mtls"
         )
     source = cluster.secret_data(names.client_namespace, names.client_secret) or {}
     crt, key = source.get("tls.crt"), source.get("tls.key")
@@ -351,9 +429,10 @@ def rotate_tls(
     if not force and all(
         _get(spec, (*loc, "clientTLS", "secretRef", "name")) == names.client_pinned_secret
         and _referenced(cluster, spec, loc, names) == (crt, key, ca)
+        for spec, locations in controllers.values()
         for loc in locations
     ):
-        report.say("the CompositeController already uses the current certificate and CA")
+        report.say("every CompositeController already uses the current certificate and CA")
         return report
 
     crt_key, key_key, ca_key = f"tls-{stamp}.crt", f"tls-{stamp}.key", f"ca-{stamp}.crt"
@@ -371,42 +450,37 @@ def rotate_tls(
         f"{names.hook_namespace}/{names.ca_pinned_secret} ({ca_key})"
     )
 
-    started = _events_marker(cluster, names.compositecontroller, EVENT_STARTED)
-    errors = _events_marker(cluster, names.compositecontroller, EVENT_CREATE_ERROR)
-    patch: list[dict[str, Any]] = []
-    for loc in locations:
-        patch.append(
-            {
-                "op": "replace",
-                "path": _pointer("spec", *loc, "clientTLS"),
-                "value": {
-                    "secretRef": {
-                        "name": names.client_pinned_secret,
-                        "namespace": names.client_namespace,
-                    },
-                    "certKey": crt_key,
-                    "privateKeyKey": key_key,
-                },
-            }
-        )
-        patch.append(
-            {
-                "op": "add",  # add replaces an existing member too
-                "path": _pointer("spec", *loc, "caBundle"),
-                "value": {
-                    "secretRef": {
-                        "name": names.ca_pinned_secret,
-                        "namespace": names.hook_namespace,
-                        "key": ca_key,
-                    }
-                },
-            }
-        )
-    cluster.patch_compositecontroller(names.compositecontroller, patch)
+    new_tls = {
+        "secretRef": {"name": names.client_pinned_secret, "namespace": names.client_namespace},
+        "certKey": crt_key,
+        "privateKeyKey": key_key,
+    }
+    new_ca = {
+        "secretRef": {
+            "name": names.ca_pinned_secret,
+            "namespace": names.hook_namespace,
+            "key": ca_key,
+        }
+    }
+    patches: dict[str, list[dict[str, Any]]] = {}
+    for name, (_, locations) in sorted(controllers.items()):
+        patches[name] = [
+            op
+            for loc in locations
+            for op in (
+                {"op": "replace", "path": _pointer("spec", *loc, "clientTLS"), "value": new_tls},
+                # add replaces an existing member too
+                {"op": "add", "path": _pointer("spec", *loc, "caBundle"), "value": new_ca},
+            )
+        ]
+    count = sum(len(locations) for _, locations in controllers.values())
+    report.say(
+        f"pointing clientTLS and caBundle of {count} entry(ies) in CompositeController(s) "
+        f"{', '.join(patches)} at the copies"
+    )
+    _repoint(cluster, timing, patches)
     report.changed = True
-    report.say(f"pointed clientTLS and caBundle of {len(locations)} entry(ies) at the copies")
-    _wait_rebuilt(cluster, names, timing, started, errors)
-    report.say("Metacontroller rebuilt the controller (Event Started)")
+    report.say(f"Metacontroller rebuilt {len(patches)} controller(s) (Event Started on each)")
 
     for ns, name, keep in (
         (names.client_namespace, names.client_pinned_secret, {crt_key, key_key}),
@@ -417,6 +491,19 @@ def rotate_tls(
             cluster.update_secret(ns, name, {}, old)
             report.say(f"removed {', '.join(sorted(old))} from {ns}/{name}")
     return report
+
+
+def _client_tls_locations(cc: Mapping[str, Any], names: Names) -> list[tuple[str | int, ...]]:
+    """Where ``cc`` presents Metacontroller's client certificate (cert-manager's Secret or
+    the pinned copy): a ``clientTLS`` naming another Secret is someone else's."""
+    spec = _spec(cc)
+    ours = {names.client_secret, names.client_pinned_secret}
+    return [
+        loc
+        for loc in _auth_locations(spec)
+        if _get(spec, (*loc, "clientTLS", "secretRef", "name")) in ours
+        and _get(spec, (*loc, "clientTLS", "secretRef", "namespace")) == names.client_namespace
+    ]
 
 
 def _referenced(
@@ -470,11 +557,11 @@ class KubectlCluster:
             patch = json.dumps({"data": data})
             self._run("-n", namespace, "patch", "secret", name, "--type", "merge", "-p", patch)
 
-    def compositecontroller(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = json.loads(
-            self._run("get", "compositecontroller", name, "-o", "json")
-        )
-        return result
+    def compositecontrollers(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = json.loads(
+            self._run("get", "compositecontrollers", "-o", "json")
+        ).get("items", [])
+        return items
 
     def patch_compositecontroller(self, name: str, patch: list[dict[str, Any]]) -> None:
         self._run("patch", "compositecontroller", name, "--type", "json", "-p", json.dumps(patch))

@@ -12,7 +12,10 @@ A DEVELOPMENT STAND-IN, in simulated time. What it reproduces, from Metacontroll
   ``Stopped``); a build that fails (Secret or key missing) records ``CreateError`` and leaves
   **no** controller until a retry succeeds (exponential backoff); a success records
   ``Started``;
-* a Metacontroller restart (or a leader change) builds from the current Secrets.
+* a Metacontroller restart (or a leader change) builds from the current Secrets;
+* sharded (``deploy/sharding``): one CompositeController per shard, each run by its own
+  Metacontroller install (``--target-label-selector``), which builds, rebuilds and records
+  Events for that controller alone.
 
 And on the hook's side: every hook pod checks the token with the real
 :class:`hooks.auth.Authenticator` over a directory that the model's kubelet refreshes from the
@@ -37,7 +40,7 @@ from typing import Any
 
 from hooks.auth import Authenticator
 from hooks.config import AuthSettings
-from ops.rotate import EVENT_CREATE_ERROR, EVENT_STARTED, Names
+from ops.rotate import EVENT_CREATE_ERROR, EVENT_STARTED, Names, RotationError
 
 EVENT_STOPPED = "Stopped"
 
@@ -54,6 +57,8 @@ class Call:
     pod: str
     ok: bool
     reason: str
+    #: The CompositeController whose Metacontroller made the call.
+    controller: str = ""
 
 
 @dataclass
@@ -117,17 +122,36 @@ class BuiltController:
     client_cert: ClientCert | None
 
 
-class ModelCluster:
-    """Secrets, one CompositeController, Metacontroller and the hook pods, in simulated time.
+@dataclass
+class Install:
+    """One Metacontroller install and the CompositeController it runs: what it holds in
+    memory, the Events it recorded on that controller, and its retry after a failed build."""
 
-    ``tick`` is the time between two hook calls of the model's Metacontroller (each call goes
-    to the next hook pod in turn); :meth:`sleep` advances the clock call by call.
+    cc: dict[str, Any]
+    controller: BuiltController | None = None
+    event_log: list[tuple[str, str]] = field(default_factory=list)
+    retry_at: float | None = None
+    retry_delay: float = 1.0
+
+    @property
+    def name(self) -> str:
+        return str(self.cc["metadata"]["name"])
+
+
+class ModelCluster:
+    """Secrets, CompositeControllers with their Metacontroller installs, and the hook pods, in
+    simulated time.
+
+    ``tick`` is the time between two hook calls of each install's Metacontroller (each call
+    goes to the next hook pod in turn); :meth:`sleep` advances the clock call by call. With
+    one CompositeController, :attr:`controller`, :attr:`event_log`, :meth:`annotate` are
+    about that one; :attr:`installs` holds them all.
     """
 
     def __init__(
         self,
         workdir: Path,
-        compositecontroller: Mapping[str, Any],
+        compositecontrollers: Iterable[Mapping[str, Any]],
         *,
         names: Names | None = None,
         pods: int = 3,
@@ -139,12 +163,11 @@ class ModelCluster:
         self.clock = 0.0
         self.tick = tick
         self.secrets: dict[tuple[str, str], dict[str, bytes]] = {}
-        self.cc: dict[str, Any] = copy.deepcopy(dict(compositecontroller))
-        self.controller: BuiltController | None = None
-        self.event_log: list[tuple[str, str]] = []
+        self.installs: dict[str, Install] = {}
+        for cc in compositecontrollers:
+            install = Install(copy.deepcopy(dict(cc)))
+            self.installs[install.name] = install
         self.calls: list[Call] = []
-        self.retry_at: float | None = None
-        self.retry_delay = 1.0
         #: deploy/mtls: calls also need an unexpired client certificate.
         self.mtls = mtls
         self.pods: list[HookPod] = []
@@ -172,14 +195,15 @@ class ModelCluster:
                 if self.clock >= pod.next_refresh:
                     pod.mount(self._secret(self.names.hook_namespace, self.names.token_secret))
                     pod.next_refresh += pod.period
-            if (
-                self.controller is None
-                and self.retry_at is not None
-                and self.clock >= self.retry_at
-            ):
-                self._build()
-            if self.controller is not None:
-                self._call()
+            for install in self.installs.values():
+                if (
+                    install.controller is None
+                    and install.retry_at is not None
+                    and self.clock >= install.retry_at
+                ):
+                    self._build(install)
+                if install.controller is not None:
+                    self._call(install)
 
     def now(self) -> float:
         return self.clock
@@ -208,31 +232,52 @@ class ModelCluster:
 
     # ------------------------------------------------------ the CompositeController
 
-    def compositecontroller(self, name: str) -> dict[str, Any]:
-        assert name == self.cc["metadata"]["name"]
-        return copy.deepcopy(self.cc)
+    @property
+    def only(self) -> Install:
+        """The one install (tests of an unsharded installation)."""
+        assert len(self.installs) == 1, "several CompositeControllers: use installs[name]"
+        return next(iter(self.installs.values()))
+
+    @property
+    def controller(self) -> BuiltController | None:
+        return self.only.controller
+
+    @property
+    def event_log(self) -> list[tuple[str, str]]:
+        return self.only.event_log
+
+    def compositecontrollers(self) -> list[dict[str, Any]]:
+        return [copy.deepcopy(install.cc) for install in self.installs.values()]
 
     def patch_compositecontroller(self, name: str, patch: list[dict[str, Any]]) -> None:
-        assert name == self.cc["metadata"]["name"]
-        updated = copy.deepcopy(self.cc)
-        for op in patch:
-            _apply_op(updated, op)
-        self.cc = updated
-        self._reconcile()
+        install = self.installs[name]
+        updated = copy.deepcopy(install.cc)
+        try:
+            for op in patch:
+                _apply_op(updated, op)
+        except ValueError as error:  # the API server refuses the whole patch (kubectl fails)
+            raise RotationError(f"the JSON patch was refused: {error}") from error
+        install.cc = updated
+        self._reconcile(install)
 
     def annotate(self, key: str, value: str) -> None:
         """``kubectl annotate compositecontroller …``: an update without a spec change."""
-        self.cc.setdefault("metadata", {}).setdefault("annotations", {})[key] = value
-        self._reconcile()
+        install = self.only
+        install.cc.setdefault("metadata", {}).setdefault("annotations", {})[key] = value
+        self._reconcile(install)
 
     def apply(self, compositecontroller: Mapping[str, Any]) -> None:
-        """``kubectl apply`` of the manifest: the spec becomes the manifest's."""
-        self.cc["spec"] = copy.deepcopy(dict(compositecontroller["spec"]))
-        self._reconcile()
+        """``kubectl apply`` of a manifest: that controller's spec becomes the manifest's (a
+        new name adds a CompositeController, run by an install of its own)."""
+        name = str(compositecontroller["metadata"]["name"])
+        install = self.installs.setdefault(name, Install(copy.deepcopy(dict(compositecontroller))))
+        install.cc["spec"] = copy.deepcopy(dict(compositecontroller["spec"]))
+        self._reconcile(install)
 
     def events(self, name: str) -> list[tuple[str, str, int]]:
         counts: dict[tuple[str, str], int] = {}
-        for reason, message in self.event_log:
+        install = self.installs.get(name)
+        for reason, message in install.event_log if install else ():
             counts[(reason, message)] = counts.get((reason, message), 0) + 1
         return [(reason, message, count) for (reason, message), count in counts.items()]
 
@@ -244,31 +289,33 @@ class ModelCluster:
     # ----------------------------------------------------------- Metacontroller
 
     def start_metacontroller(self) -> None:
-        """Metacontroller starts (or restarts, or another replica becomes leader)."""
-        self.controller = None
-        self._build()
+        """Every Metacontroller install starts (or restarts, or another replica becomes
+        leader)."""
+        for install in self.installs.values():
+            install.controller = None
+            self._build(install)
 
-    def _reconcile(self) -> None:
+    def _reconcile(self, install: Install) -> None:
         """``reconcileCompositeController``: nothing unless the spec changed."""
-        if self.controller is not None and self.controller.spec == self.cc["spec"]:
+        if install.controller is not None and install.controller.spec == install.cc["spec"]:
             return
-        if self.controller is not None:
-            self.controller = None
-            self.event_log.append((EVENT_STOPPED, "Stopped controller"))
-        self.retry_delay = 1.0
-        self._build()
+        if install.controller is not None:
+            install.controller = None
+            install.event_log.append((EVENT_STOPPED, "Stopped controller"))
+        install.retry_delay = 1.0
+        self._build(install)
 
-    def _build(self) -> None:
+    def _build(self, install: Install) -> None:
         try:
-            header, cert = self._resolve(self.cc["spec"])
+            header, cert = self._resolve(install.cc["spec"])
         except BuildError as error:
-            self.event_log.append((EVENT_CREATE_ERROR, f"Cannot create new controller: {error}"))
-            self.retry_at = self.clock + self.retry_delay
-            self.retry_delay = min(self.retry_delay * 2, 1000.0)
+            install.event_log.append((EVENT_CREATE_ERROR, f"Cannot create new controller: {error}"))
+            install.retry_at = self.clock + install.retry_delay
+            install.retry_delay = min(install.retry_delay * 2, 1000.0)
             return
-        self.controller = BuiltController(copy.deepcopy(self.cc["spec"]), header, cert)
-        self.retry_at = None
-        self.event_log.append((EVENT_STARTED, "Started controller"))
+        install.controller = BuiltController(copy.deepcopy(install.cc["spec"]), header, cert)
+        install.retry_at = None
+        install.event_log.append((EVENT_STARTED, "Started controller"))
 
     def _resolve(self, spec: Mapping[str, Any]) -> tuple[str | None, ClientCert | None]:
         """``ResolveEndpointConfig`` for the sync hook's endpoint: read the Secrets now."""
@@ -305,17 +352,19 @@ class ModelCluster:
             )
         return data[key]
 
-    def _call(self) -> None:
+    def _call(self, install: Install) -> None:
         """One sync call to the next hook pod with what the built controller holds."""
-        assert self.controller is not None
+        assert install.controller is not None
         pod = self.pods[self._next_pod % len(self.pods)]
         self._next_pod += 1
-        cert = self.controller.client_cert
+        cert = install.controller.client_cert
         if self.mtls and (cert is None or self.clock >= cert.not_after):
-            self.calls.append(Call(self.clock, pod.name, False, "client_certificate_expired"))
+            self.calls.append(
+                Call(self.clock, pod.name, False, "client_certificate_expired", install.name)
+            )
             return
-        verdict = pod.authenticator.check(self.controller.header, None)
-        self.calls.append(Call(self.clock, pod.name, verdict.ok, verdict.reason))
+        verdict = pod.authenticator.check(install.controller.header, None)
+        self.calls.append(Call(self.clock, pod.name, verdict.ok, verdict.reason, install.name))
 
     # -------------------------------------------------------------- cert-manager
 

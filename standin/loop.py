@@ -7,11 +7,16 @@ then sync; replies are applied by :func:`standin.apply.apply_reply`;
 non-200 or a broken reply changes nothing and backs off exponentially, like
 Metacontroller's workqueue rate limiter (5 ms doubling); a related Pod change, a change
 of our own child or a status write triggers an immediate sync.
+
+Scheduled calls follow client-go's delaying queue (:class:`DelayedAdd`), not a timer that
+each reply replaces: a later ``resyncAfterSeconds`` never postpones an earlier one that is
+still waiting, and an immediate sync (an event) leaves the waiting one in place.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -24,6 +29,39 @@ from standin.apply import Applied, HookError, World, apply_reply, check_reply
 from standin.gunicorn import credentials_for
 
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
+
+
+@dataclass
+class DelayedAdd:
+    """One parent's entry in client-go's delaying queue (v0.36.3, the version Metacontroller
+    v4.17.2 builds with; ``util/workqueue/delaying_queue.go``).
+
+    ``AddAfter(key, d)`` sends ``readyAt = now + d`` to the waiting loop, whose ``insert``
+    keeps an already waiting key's **earlier** ``readyAt`` ("update the time only if it would
+    cause the item to be queued sooner"). When ``readyAt`` passes, the key is ``Add``-ed and
+    its entry dropped, so it fires once. A plain ``Add`` (a watch event) does not touch the
+    waiting entry: it still fires later. Metacontroller's ``resyncAfterSeconds``
+    (``enqueueParentObjectAfter``) and its error retries (``AddRateLimited`` is ``AddAfter``
+    with the rate limiter's delay) both go through here.
+    """
+
+    ready_at: float | None = None
+
+    def add_after(self, now: float, delay: float) -> None:
+        ready = now + delay
+        if self.ready_at is None or ready < self.ready_at:
+            self.ready_at = ready
+
+    def remaining(self, now: float) -> float | None:
+        """Seconds until the entry is due (``0`` if it is), ``None`` if nothing waits."""
+        return None if self.ready_at is None else max(0.0, self.ready_at - now)
+
+    def fire(self, now: float) -> bool:
+        """Drop the entry if it is due (the waiting loop's ``Add``); whether it was."""
+        if self.ready_at is not None and now >= self.ready_at:
+            self.ready_at = None
+            return True
+        return False
 
 
 @dataclass(frozen=True)
@@ -89,6 +127,8 @@ class MetacontrollerStandIn:
             credentials_for(self.hook_url) if headers is None else dict(headers)
         )
         self.related_selector: dict[str, str] | None = None
+        #: The parent's waiting ``AddAfter`` (read by tests; written by the loop only).
+        self.scheduled = DelayedAdd()
 
     # ----------------------------------------------------------------- control
 
@@ -129,25 +169,30 @@ class MetacontrollerStandIn:
     def _run(self) -> None:
         backoff = 0.005
         self._customize()
-        next_delay = 0.0
+        now = True  # the first sync: the parent's add event
         while not self._stop.is_set():
-            if next_delay > 0:
-                self._wake.wait(next_delay)
+            timed_out = False
+            if not now:
+                # Wake for an event (trigger) or when the waiting entry is due.
+                timed_out = not self._wake.wait(self.scheduled.remaining(time.monotonic()))
             self._wake.clear()
             if self._stop.is_set():
                 return
+            # The entry is due (also when an event came with it: one sync for both, the
+            # queue's dedup); an event before it leaves it waiting.
+            self.scheduled.fire(math.inf if timed_out else time.monotonic())
+            now = False
             record = self.sync_once()
             if record.error is not None:
-                next_delay = backoff
+                self.scheduled.add_after(time.monotonic(), backoff)  # AddRateLimited
                 backoff = min(backoff * 2, self.max_backoff)
                 continue
             backoff = 0.005
             applied = record.applied
             assert applied is not None
+            self.scheduled.add_after(record.finished, record.resync_after or self.resync_period)
             if applied.status_changed or applied.changed_children:
-                next_delay = 0.0  # our own writes are watch events too
-            else:
-                next_delay = record.resync_after or self.resync_period
+                now = True  # our own writes are watch events too
 
     def _customize(self) -> None:
         with self.lock:

@@ -33,7 +33,7 @@ import pytest
 import yaml
 from flask.testing import FlaskClient
 
-from hooks.plugin import checks, cli
+from hooks.plugin import checks, cli, style
 from standin.apply import World, apply_reply, check_reply
 from tests.child_helpers import MIB, READ_ONLY, answer, backup_fields
 from tests.helpers import P0, P1, P2, FakeProber, down, fixture
@@ -330,13 +330,13 @@ class _Terminal(io.StringIO):
 
 def test_colour_follows_the_terminal_no_color_and_the_flag() -> None:
     tty, pipe = _Terminal(), io.StringIO()
-    assert cli.use_colour("auto", tty, {}) is True
-    assert cli.use_colour("auto", pipe, {}) is False
-    assert cli.use_colour("auto", tty, {"NO_COLOR": "1"}) is False
-    assert cli.use_colour("auto", tty, {"NO_COLOR": ""}) is True  # no-color.org: non-empty only
-    assert cli.use_colour("auto", tty, {"TERM": "dumb"}) is False
-    assert cli.use_colour("always", pipe, {"NO_COLOR": "1"}) is True
-    assert cli.use_colour("never", tty, {}) is False
+    assert style.use_colour("auto", tty, {}) is True
+    assert style.use_colour("auto", pipe, {}) is False
+    assert style.use_colour("auto", tty, {"NO_COLOR": "1"}) is False
+    assert style.use_colour("auto", tty, {"NO_COLOR": ""}) is True  # no-color.org: non-empty only
+    assert style.use_colour("auto", tty, {"TERM": "dumb"}) is False
+    assert style.use_colour("always", pipe, {"NO_COLOR": "1"}) is True
+    assert style.use_colour("never", tty, {}) is False
 
 
 def test_status_in_colour_on_a_terminal(kubeconfig: Path) -> None:

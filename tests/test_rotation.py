@@ -18,9 +18,11 @@ import yaml
 
 from ops.rotate import Names, RotationError, Timing, rotate_tls, rotate_token
 from standin.credentials import ModelCluster
+from tests.test_manifests import rendered
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = Names()
+CC = "pg-failover-hook"  # the CompositeController of the unsharded install
 NS, SECRET = NAMES.hook_namespace, NAMES.token_secret
 TIMING = Timing(poll=1.0)
 
@@ -32,9 +34,10 @@ def manifest() -> dict[str, Any]:
     return cc
 
 
-def mtls_manifest() -> dict[str, Any]:
-    """The CompositeController as deploy/mtls renders it (its patch replaces endpointConfigs)."""
-    cc = manifest()
+def mtls_manifest(cc: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The CompositeController as deploy/mtls renders it (its patch replaces endpointConfigs);
+    with ``cc``, the same patch on that one (a shard)."""
+    cc = copy.deepcopy(cc) if cc is not None else manifest()
     patch = yaml.safe_load((ROOT / "deploy/mtls/compositecontroller-patch.yaml").read_text())
     cc["spec"]["endpointConfigs"] = copy.deepcopy(patch["spec"]["endpointConfigs"])
     for hook, value in patch["spec"]["hooks"].items():
@@ -42,10 +45,30 @@ def mtls_manifest() -> dict[str, Any]:
     return cc
 
 
-def installed(tmp_path: Path, cc: dict[str, Any] | None = None) -> ModelCluster:
-    """`kubectl apply -k deploy/` done: the token Secret exists without data, the hook pods
-    mount it, Metacontroller tries to build the controller and fails (no key "token")."""
-    model = ModelCluster(tmp_path, cc or manifest())
+def shard_manifests() -> list[dict[str, Any]]:
+    """The CompositeControllers ``kubectl kustomize deploy/sharding`` renders."""
+    ccs = [o for o in rendered("deploy/sharding") if o["kind"] == "CompositeController"]
+    assert [c["metadata"]["name"] for c in ccs] == [f"pg-failover-hook-{k}" for k in range(5)]
+    return ccs
+
+
+def foreign_manifest() -> dict[str, Any]:
+    """Someone else's CompositeController in the same cluster (its own hook and Secret)."""
+    cc = manifest()
+    cc["metadata"] = {"name": "other-operator"}
+    cc["spec"]["endpointConfigs"][0]["authorization"]["secretRef"] = {
+        "name": "other-auth",
+        "namespace": "other",
+        "key": "token",
+    }
+    return cc
+
+
+def installed(tmp_path: Path, *ccs: dict[str, Any]) -> ModelCluster:
+    """`kubectl apply -k deploy/` (or deploy/sharding/) done: the token Secret exists without
+    data, the hook pods mount it, each Metacontroller install tries to build its controller
+    and fails (no key "token")."""
+    model = ModelCluster(tmp_path, list(ccs) or [manifest()])
     model.update_secret(NS, SECRET, {})
     model.mount_everywhere()
     model.start_metacontroller()
@@ -59,7 +82,7 @@ def refused(model: ModelCluster, since: float = 0.0) -> list[str]:
 def test_first_token_after_install_makes_metacontroller_call_at_once(tmp_path: Path) -> None:
     model = installed(tmp_path)
     assert model.controller is None, "no controller while the key 'token' is missing"
-    assert [r for r, *_ in model.events(NAMES.compositecontroller)] == ["CreateError"]
+    assert [r for r, *_ in model.events(CC)] == ["CreateError"]
 
     report = rotate_token(model, timing=TIMING, token="a" * 64, stamp="1")
 
@@ -114,7 +137,7 @@ def test_reapplying_the_manifests_after_a_rotation_keeps_calls_authorised(
 def test_the_annotation_only_procedure_breaks_every_call(tmp_path: Path) -> None:
     """What README, deploy.md and security.md used to say: patch "token", keep the old one as
     "token.previous", annotate the CompositeController, check, drop "token.previous"."""
-    model = ModelCluster(tmp_path, manifest())
+    model = ModelCluster(tmp_path, [manifest()])
     model.update_secret(NS, SECRET, {"token": b"a" * 64})  # the old install steps
     model.mount_everywhere()
     model.start_metacontroller()
@@ -173,7 +196,7 @@ def test_a_failed_rebuild_stops_the_rotation_and_removes_nothing(tmp_path: Path)
             self.update_secret(NS, SECRET, {}, remove=["token-2"])
             super().patch_compositecontroller(name, patch)
 
-    model = Racing(tmp_path, manifest())
+    model = Racing(tmp_path, [manifest()])
     model.update_secret(NS, SECRET, {"token": b"a" * 64})
     model.mount_everywhere()
     model.start_metacontroller()
@@ -183,11 +206,102 @@ def test_a_failed_rebuild_stops_the_rotation_and_removes_nothing(tmp_path: Path)
     assert (model.secret_data(NS, SECRET) or {}).get("token") == b"a" * 64, "nothing removed"
 
 
+def test_sharded_rotation_repoints_every_shard_and_nothing_else(tmp_path: Path) -> None:
+    """deploy/sharding: five CompositeControllers (five Metacontroller installs) share the
+    token Secret. Every one is found and repointed; a rotation that left one behind would
+    lock that shard out once the old key is removed (the last assertion)."""
+    foreign = foreign_manifest()
+    # (its Secret is not modelled: its install never builds, so it never calls our pods)
+    model = installed(tmp_path, *shard_manifests(), foreign)
+    first = rotate_token(model, timing=TIMING, token="a" * 64, stamp="1")
+    assert first.changed
+    model.sleep(150)
+
+    report = rotate_token(model, timing=TIMING, token="b" * 64, stamp="2")
+    model.sleep(150)  # the kubelets drop token-1 from every mount
+
+    shards = [f"pg-failover-hook-{k}" for k in range(5)]
+    assert any("pg-failover-hook-0, pg-failover-hook-1" in s for s in report.steps)
+    for name in shards:
+        install = model.installs[name]
+        assert install.controller is not None
+        assert install.controller.header == "Bearer " + "b" * 64, name
+        ref = install.cc["spec"]["endpointConfigs"][0]["authorization"]["secretRef"]
+        assert ref["key"] == "token-2", name
+        assert [r for r, _ in install.event_log][-2:] == ["Stopped", "Started"], name
+    assert model.installs["other-operator"].cc == foreign, "another Secret's user: untouched"
+    assert set(model.secret_data(NS, SECRET) or {}) == {"token", "token-2"}
+    late = [c for c in model.calls if c.time >= model.clock - 30]
+    assert {c.controller for c in late} >= set(shards), "every shard kept calling"
+    assert not refused(model)
+
+
+def test_a_compositecontroller_applied_during_the_rotation_stops_it_before_removal(
+    tmp_path: Path,
+) -> None:
+    """A new shard applied while the pods are being checked still names the key "token":
+    rewriting "token" and removing the old keys would lock it out, so nothing is removed."""
+    shard_0, shard_1 = shard_manifests()[:2]
+    model = installed(tmp_path, shard_0)
+    rotate_token(model, timing=TIMING, token="a" * 64, stamp="1")
+    model.sleep(150)
+
+    patch_once = model.patch_compositecontroller
+
+    def patch_then_apply(name: str, patch: list[dict[str, Any]]) -> None:
+        patch_once(name, patch)
+        model.apply(shard_1)  # `kubectl apply` of a new shard, right after our patch
+
+    model.patch_compositecontroller = patch_then_apply  # type: ignore[method-assign]
+    with pytest.raises(RotationError, match="pg-failover-hook-1 name an older key"):
+        rotate_token(model, timing=TIMING, token="b" * 64, stamp="2")
+    assert (model.secret_data(NS, SECRET) or {})["token"] == b"a" * 64, "nothing rewritten"
+    model.sleep(150)
+    assert not refused(model)
+    # Running it again picks the new shard up.
+    model.patch_compositecontroller = patch_once  # type: ignore[method-assign]
+    rotate_token(model, timing=TIMING, token="c" * 64, stamp="3")
+    model.sleep(150)
+    assert not refused(model)
+    assert {i.controller.header for i in model.installs.values() if i.controller} == {
+        "Bearer " + "c" * 64
+    }
+
+
+def test_a_refused_patch_of_one_shard_stops_before_anything_is_removed(tmp_path: Path) -> None:
+    """Someone changed shard 2's key after the rotation listed it: its patch's ``test`` op
+    fails. Shards 0 and 1 already send the new token, 2 to 4 the old one: both stay valid."""
+    model = installed(tmp_path, *shard_manifests())
+    rotate_token(model, timing=TIMING, token="a" * 64, stamp="1")
+    model.sleep(150)
+    patch = model.patch_compositecontroller
+
+    def racing(name: str, ops: list[dict[str, Any]]) -> None:
+        if name == "pg-failover-hook-2":
+            model.update_secret(NS, SECRET, {"token-x": b"x" * 64})
+            entry = model.installs[name].cc["spec"]["endpointConfigs"][0]
+            entry["authorization"]["secretRef"]["key"] = "token-x"
+        patch(name, ops)
+
+    model.patch_compositecontroller = racing  # type: ignore[method-assign]
+    with pytest.raises(RotationError, match="already pointed at the new key") as raised:
+        rotate_token(model, timing=TIMING, token="b" * 64, stamp="2")
+    assert "pg-failover-hook-0, pg-failover-hook-1;" in str(raised.value)
+    assert set(model.secret_data(NS, SECRET) or {}) == {"token", "token-1", "token-2", "token-x"}
+    model.sleep(150)
+    headers = {n: i.controller.header for n, i in model.installs.items() if i.controller}
+    assert headers["pg-failover-hook-0"] == headers["pg-failover-hook-1"] == "Bearer " + "b" * 64
+    assert headers["pg-failover-hook-3"] == "Bearer " + "a" * 64
+    assert not refused(model)
+
+
 def test_rotation_refuses_a_compositecontroller_without_the_token(tmp_path: Path) -> None:
     cc = manifest()
     del cc["spec"]["endpointConfigs"]
-    model = ModelCluster(tmp_path, cc)
-    with pytest.raises(RotationError, match=r"no authorization\.secretRef"):
+    model = ModelCluster(tmp_path, [cc])
+    with pytest.raises(
+        RotationError, match=r"no CompositeController has an authorization\.secretRef"
+    ):
         rotate_token(model, timing=TIMING)
 
 
@@ -198,7 +312,7 @@ RENEW_AT = LIFETIME * 2 / 3  # cert-manager's default renewBefore: a third of th
 
 
 def mtls_installed(tmp_path: Path) -> ModelCluster:
-    model = ModelCluster(tmp_path, mtls_manifest(), mtls=True)
+    model = ModelCluster(tmp_path, [mtls_manifest()], mtls=True)
     model.update_secret(NS, SECRET, {"token": b"a" * 64})
     model.update_secret(NS, NAMES.server_secret, {"ca.crt": b"SERVER CA", "tls.crt": b"x"})
     model.issue_client_certificate(1, LIFETIME)
@@ -240,6 +354,32 @@ def test_tls_rotation_from_a_cronjob_follows_cert_manager_renewals(tmp_path: Pat
     assert len(pinned) == 2, "older stamped copies are pruned"
 
 
+def test_tls_rotation_repoints_every_shard(tmp_path: Path) -> None:
+    shards = [mtls_manifest(cc) for cc in shard_manifests()]
+    foreign = mtls_manifest(foreign_manifest())
+    entry = foreign["spec"]["endpointConfigs"][0]
+    entry["clientTLS"]["secretRef"]["name"] = "other-client"
+    entry["authorization"] = foreign_manifest()["spec"]["endpointConfigs"][0]["authorization"]
+    model = ModelCluster(tmp_path, [*shards, foreign], mtls=True)
+    model.update_secret(NS, SECRET, {"token": b"a" * 64})
+    model.update_secret(NS, NAMES.server_secret, {"ca.crt": b"SERVER CA", "tls.crt": b"x"})
+    model.issue_client_certificate(1, LIFETIME)
+    model.mount_everywhere()
+    model.start_metacontroller()
+    run_with_renewals(
+        model,
+        until=2 * LIFETIME,
+        every=LIFETIME / 6,
+        action=lambda m: rotate_tls(m, timing=TIMING, stamp=f"{m.clock:.0f}"),
+    )
+    for cc in shards:
+        install = model.installs[cc["metadata"]["name"]]
+        assert install.controller is not None and install.controller.client_cert is not None
+        assert install.controller.client_cert.serial >= 3, "renewals were picked up"
+    assert model.installs["other-operator"].cc == foreign
+    assert not refused(model)
+
+
 def test_tls_rotation_changes_nothing_when_already_current(tmp_path: Path) -> None:
     model = mtls_installed(tmp_path)
     assert rotate_tls(model, timing=TIMING, stamp="1").changed
@@ -265,7 +405,7 @@ def test_annotating_after_renewals_lets_the_old_certificate_expire(tmp_path: Pat
 
 FAKE_KUBECTL = r'''#!/usr/bin/env python3
 """A fake kubectl over a JSON state file: just the calls ops.rotate.KubectlCluster makes.
-A CompositeController patch records Metacontroller's Stopped/Started Events, as it would."""
+A CompositeController patch records its Metacontroller's Started Event, as it would."""
 import base64, json, os, sys
 STATE = os.environ["FAKE_KUBECTL_STATE"]
 state = json.load(open(STATE))
@@ -297,12 +437,13 @@ if verb == "patch" and rest[1] == "secret":
             base64.b64decode(value, validate=True)
             data[key] = value
     save(); sys.exit(0)
-if verb == "get" and rest[1] == "compositecontroller":
-    out(state["cc"])
+if verb == "get" and rest[1] == "compositecontrollers":
+    out({"items": list(state["ccs"].values())})
 if verb == "patch" and rest[1] == "compositecontroller":
     assert rest[rest.index("--type") + 1] == "json"
+    name = rest[2]
     for op in json.loads(rest[rest.index("-p") + 1]):
-        node = state["cc"]
+        node = state["ccs"][name]
         parts = op["path"].split("/")[1:]
         for part in parts[:-1]:
             node = node[int(part)] if isinstance(node, list) else node[part]
@@ -312,11 +453,15 @@ if verb == "patch" and rest[1] == "compositecontroller":
                 print("test failed", file=sys.stderr); save(); sys.exit(1)
         else:
             node[last] = op["value"]
-    state["started"] += 1
+    state["started"][name] += 1
     out({})
 if verb == "get" and rest[1] == "events":
-    started = {"reason": "Started", "message": "Started controller", "count": state["started"]}
-    out({"items": [started]})
+    selector = dict(
+        kv.split("=", 1) for kv in rest[rest.index("--field-selector") + 1].split(",")
+    )
+    assert selector["involvedObject.kind"] == "CompositeController"
+    count = state["started"][selector["involvedObject.name"]]
+    out({"items": [{"reason": "Started", "message": "Started controller", "count": count}]})
 if verb == "get" and rest[1] == "pods":
     out({"items": [{"metadata": {"name": p}, "status": {"phase": "Running"}} for p in ("a", "b")]})
 if verb == "exec":
@@ -338,12 +483,13 @@ def test_the_kubectl_commands_of_a_token_rotation(tmp_path: Path, monkeypatch: A
     fake.write_text(FAKE_KUBECTL.replace("#!/usr/bin/env python3", f"#!{sys.executable}"))
     fake.chmod(0o755)
     state_file = tmp_path / "state.json"
+    ccs = {c["metadata"]["name"]: c for c in [*shard_manifests()[:2], foreign_manifest()]}
     state_file.write_text(
         json.dumps(
             {
                 "calls": [],
-                "started": 1,
-                "cc": manifest(),
+                "started": dict.fromkeys(ccs, 1),
+                "ccs": ccs,
                 "secrets": {f"{NS}/{SECRET}": {"token": "b2xkLXRva2VuLTAxMjM0NTY3ODk="}},
             }
         )
@@ -356,8 +502,12 @@ def test_the_kubectl_commands_of_a_token_rotation(tmp_path: Path, monkeypatch: A
     assert rotate.main(["token"]) == 0
 
     state = json.loads(state_file.read_text())
-    entry = state["cc"]["spec"]["endpointConfigs"][0]
-    assert entry["authorization"]["secretRef"]["key"] == "token-20261130T120000Z"
+    for name in ("pg-failover-hook-0", "pg-failover-hook-1"):
+        entry = state["ccs"][name]["spec"]["endpointConfigs"][0]
+        assert entry["authorization"]["secretRef"]["key"] == "token-20261130T120000Z"
+        assert state["started"][name] == 2, "waited for the Started Event of each shard"
+    assert state["ccs"]["other-operator"] == foreign_manifest()
+    assert state["started"]["other-operator"] == 1
     data = state["secrets"][f"{NS}/{SECRET}"]
     assert set(data) == {"token", "token-20261130T120000Z"}
     assert data["token"] == data["token-20261130T120000Z"], "'token' holds the current token"
@@ -366,6 +516,8 @@ def test_the_kubectl_commands_of_a_token_rotation(tmp_path: Path, monkeypatch: A
         for c in state["calls"]
     ]
     assert verbs.index("exec a") < verbs.index("patch compositecontroller"), "pods first"
+    patched = [c[2] for c in state["calls"] if c[:2] == ["patch", "compositecontroller"]]
+    assert patched == ["pg-failover-hook-0", "pg-failover-hook-1"]
     # A second rotation with the same stamp is refused before anything changes.
     calls = len(state["calls"])
     assert rotate.main(["token"]) == 1

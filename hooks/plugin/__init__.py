@@ -7,7 +7,9 @@ to Patroni or to the hook.
 
 - :mod:`hooks.plugin.kube`: the only I/O, reads through the Kubernetes API, turns API errors
   into one plain sentence;
-- :mod:`hooks.plugin.report`: pure, the status report of one cluster and its rendering;
+- :mod:`hooks.plugin.report`: pure, the status report of one cluster as plain data (``-o json``);
+- :mod:`hooks.plugin.render`: pure, that report as text;
+- :mod:`hooks.plugin.style`: pure, whether to colour a stream, and the colours;
 - :mod:`hooks.plugin.checks`: pure, the checks an operator would otherwise do by hand;
 - :mod:`hooks.plugin.cli`: the command line.
 """

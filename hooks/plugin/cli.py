@@ -18,29 +18,14 @@ from typing import Any, TextIO
 
 from hooks.members import MemberStatus
 from hooks.model import ClusterSpec, field_default
-from hooks.plugin import checks, report
+from hooks.plugin import checks, render, report
 from hooks.plugin.checks import Check
 from hooks.plugin.kube import Kube, KubeError, connect
+from hooks.plugin.style import Style, use_colour
 
 EXIT_OK = 0
 EXIT_PROBLEM = 1
 EXIT_ERROR = 2
-
-
-def use_colour(mode: str, stream: TextIO, environ: Mapping[str, str]) -> bool:
-    """Colour on a terminal, plain when piped; ``NO_COLOR`` (non-empty) and ``TERM=dumb`` too.
-
-    ``--color always`` / ``never`` override all of that (https://no-color.org: a command-line
-    flag may override the variable).
-    """
-    if mode == "always":
-        return True
-    if mode == "never":
-        return False
-    if environ.get("NO_COLOR") or environ.get("TERM") == "dumb":
-        return False
-    isatty = getattr(stream, "isatty", None)
-    return bool(isatty and isatty())
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -116,8 +101,8 @@ def main(
     err = stderr or sys.stderr
     env = os.environ if environ is None else environ
     args = _parser().parse_args(argv)
-    style = report.Style(use_colour(args.color, out, env))
-    err_style = report.Style(use_colour(args.color, err, env))
+    style = Style(use_colour(args.color, out, env))
+    err_style = Style(use_colour(args.color, err, env))
     if args.name and args.all_namespaces:
         err.write(f"{err_style.bad('error:')} a NAME cannot be combined with -A\n")
         return EXIT_ERROR
@@ -151,7 +136,7 @@ def _status(
     clusters: list[dict[str, Any]],
     namespace: str | None,
     args: argparse.Namespace,
-    style: report.Style,
+    style: Style,
     out: TextIO,
     err: TextIO,
 ) -> int:
@@ -179,7 +164,7 @@ def _status(
         where = f"namespace {namespace}" if namespace else "any namespace"
         err.write(f"No PostgreSQLClusters found in {where}.\n")
         return EXIT_OK
-    out.write(report.render(reports, style))
+    out.write(render.render(reports, style))
     return EXIT_OK
 
 
@@ -211,7 +196,7 @@ def _check(
     clusters: list[dict[str, Any]],
     namespace: str | None,
     args: argparse.Namespace,
-    style: report.Style,
+    style: Style,
     out: TextIO,
     err: TextIO,
 ) -> int:

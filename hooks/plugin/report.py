@@ -1,9 +1,13 @@
-"""``kubectl pgfh status``: one cluster's state from its CR status and its Pods (pure).
+"""``kubectl pgfh status``: one cluster's state as plain data, from its CR status and Pods (pure).
+
+This module gathers; :mod:`hooks.plugin.render` turns the result into text, and ``-o json``
+prints it as it is, so both outputs always carry the same facts.
 
 Everything shown comes from two reads: the PostgreSQLCluster (its status is what the hook last
 answered, written by Metacontroller) and the Pods its ``spec.primarySelector`` matches (phase,
-readiness, IP, deletion). Nothing asks Patroni: the plugin runs with the user's Kubernetes
-credentials, which reach the API server, not the pod network.
+readiness, IP, deletion). Without ``--lag`` nothing asks Patroni: the plugin runs with the
+user's Kubernetes credentials, which reach the API server, not the pod network (``--lag`` asks
+each member through the API server's pod proxy; the answers come in as ``live``).
 
 What the status does not carry is said, not guessed:
 
@@ -19,17 +23,12 @@ What the status does not carry is said, not guessed:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from hooks.members import MemberStatus
+from hooks.model import ReplicaServiceSpec, field_default
 
 LEADER_ROLES = ("primary", "master", "standby_leader")
-OPTIONAL_CONDITIONS = ("ReplicasRouted", "BackupScheduled")
-DEFAULT_MAX_LAG = 16 * 1024 * 1024
-
-
-# ------------------------------------------------------------------ building the report
 
 
 def build(
@@ -216,7 +215,7 @@ def _read_only(
     if name is None:
         return None
     listed = [n for n in _list(status.get("replicaEndpoints")) if isinstance(n, str)]
-    limit = wanted.get("maxLagBytes", DEFAULT_MAX_LAG)
+    limit = wanted.get("maxLagBytes", field_default(ReplicaServiceSpec, "max_lag_bytes"))
     routed = by_type.get("ReplicasRouted")
     return {
         "service": name,
@@ -224,7 +223,8 @@ def _read_only(
             {"pod": n, "ip": (_pod(pods.get(n)) or {}).get("ip")} for n in sorted(listed)
         ],
         "maxLagBytes": limit if isinstance(limit, int) else None,
-        "whenNoReplica": _str(wanted.get("whenNoReplica")) or "KeepEndpoints",
+        "whenNoReplica": _str(wanted.get("whenNoReplica"))
+        or field_default(ReplicaServiceSpec, "when_no_replica"),
         "reason": routed.get("reason") if routed else None,
     }
 
@@ -278,252 +278,6 @@ def _members_note(
         f"the status carries no per-member data{why}: role, state, timeline and reachability "
         "are unknown; the Pods are listed as the Kubernetes API shows them"
     )
-
-
-# ------------------------------------------------------------------ rendering
-
-
-@dataclass(frozen=True)
-class Style:
-    """ANSI colour, or none at all (piped output, ``NO_COLOR``, ``--color never``)."""
-
-    colour: bool
-
-    def _wrap(self, code: str, text: str) -> str:
-        return f"\033[{code}m{text}\033[0m" if self.colour and text else text
-
-    def good(self, text: str) -> str:
-        return self._wrap("32", text)
-
-    def bad(self, text: str) -> str:
-        return self._wrap("31", text)
-
-    def warn(self, text: str) -> str:
-        return self._wrap("33", text)
-
-    def bold(self, text: str) -> str:
-        return self._wrap("1", text)
-
-    def dim(self, text: str) -> str:
-        return self._wrap("2", text)
-
-    def condition(self, status: str, text: str) -> str:
-        if status == "True":
-            return self.good(text)
-        if status == "False":
-            return self.bad(text)
-        return self.warn(text)
-
-
-def format_bytes(value: int) -> str:
-    """``16 MiB``, ``512 KiB``, ``100 B``: the units the hook's own messages use."""
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if value >= size and value % size == 0:
-            return f"{value // size} {unit}"
-    return f"{value} B"
-
-
-def render(reports: Iterable[Mapping[str, Any]], style: Style) -> str:
-    """The human-readable report of each cluster, separated by a blank line."""
-    return "\n\n".join(_render_one(r, style) for r in reports) + "\n"
-
-
-def _render_one(report: Mapping[str, Any], style: Style) -> str:
-    s = style
-    lines = [s.bold(f"PostgreSQLCluster {report['namespace']}/{report['name']}")]
-    ready = report.get("ready")
-    primary = report.get("primary")
-    timeline = report.get("timeline")
-    confirmed = bool(ready and ready.get("status") == "True")
-    if not primary:
-        primary_text = s.bad("none")
-    elif confirmed:
-        primary_text = s.bold(s.good(primary))
-    else:
-        primary_text = s.bold(s.warn(primary))
-    if primary and timeline is not None:
-        primary_text += f" (timeline {timeline})"
-    if primary and not confirmed:
-        primary_text += s.warn(" kept by the Service, not confirmed as leader now (see Ready)")
-    fields = [
-        ("Primary", primary_text),
-        ("Service", str(report.get("service") or "?")),
-    ]
-    if ready:
-        fields.append(
-            (
-                "Ready",
-                s.condition(ready["status"], f"{ready['status']} ({ready['reason'] or '-'})"),
-            )
-        )
-        if ready.get("message"):
-            fields.append(("", str(ready["message"])))
-    else:
-        fields.append(("Ready", s.warn("unknown (no Ready condition in the status)")))
-    generation, observed = report.get("generation"), report.get("observedGeneration")
-    if isinstance(generation, int) and isinstance(observed, int) and observed < generation:
-        fields.append(
-            ("Note", s.warn(f"the status is for generation {observed}, the spec is {generation}"))
-        )
-    lines += [f"{label + ':' if label else '':<10}{value}" for label, value in fields]
-
-    answered = report.get("membersAnswered")
-    lines += ["", s.bold("Members") + (f" ({answered} answered as Patroni)" if answered else "")]
-    rows = [["NAME", "ROLE", "STATE", "TL", "LAG", "REACHABLE", "POD", "IP", "NODE"]]
-    styles: list[list[Any]] = [[s.dim] * 9]
-    for m in report["members"]:
-        pod = m.get("pod")
-        reach = {True: "yes", False: "no", None: "?"}[m.get("reachable")]
-        row = [
-            m["name"] + (" *" if m.get("primary") else ""),
-            m.get("role") or "?",
-            m.get("state") or "?",
-            "?" if m.get("timeline") is None else str(m["timeline"]),
-            _lag_text(m["lag"]),
-            reach,
-            _pod_text(pod) if report.get("podsRead", True) else "?",
-            (pod or {}).get("ip") or "-",
-            (pod or {}).get("node") or "-",
-        ]
-        rows.append(row)
-        styles.append(
-            [
-                s.bold if m.get("primary") else _plain,
-                s.good if m.get("role") in LEADER_ROLES else _plain,
-                _plain,
-                _plain,
-                _plain,
-                {True: s.good, False: s.bad, None: s.warn}[m.get("reachable")],
-                s.good if pod and pod["ready"] and not pod["terminating"] else s.warn,
-                _plain,
-                _plain,
-            ]
-        )
-    if len(rows) == 1:
-        lines.append(s.warn("  no member in the status and no Pod matches spec.primarySelector"))
-    else:
-        lines += _table(rows, styles)
-        lines.append(
-            s.dim(
-                "  * the pod the primary Service selects. LAG: measured now with --lag; "
-                "≤ N: listed by the read-only Service within maxLagBytes."
-            )
-        )
-    if report.get("membersNote"):
-        lines.append(s.warn(f"  Note: {report['membersNote']}"))
-    reasons = [f"{m['name']}: {m['reason']}" for m in report["members"] if m.get("reason")]
-    if reasons:
-        lines.append(s.warn(f"  Not answering as Patroni: {'; '.join(reasons)}"))
-    lag_errors = [
-        f"{m['name']}: {m['lag']['error']}" for m in report["members"] if m["lag"].get("error")
-    ]
-    if lag_errors:
-        lines.append(s.warn(f"  Lag not measured for {'; '.join(lag_errors)}"))
-
-    lines += ["", s.bold("Conditions")]
-    conditions = report.get("conditions") or []
-    if conditions:
-        crow = [["TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"]]
-        cst: list[list[Any]] = [[s.dim] * 5]
-        for c in conditions:
-            crow.append(
-                [
-                    c["type"],
-                    c["status"],
-                    c.get("reason") or "-",
-                    c.get("lastTransitionTime") or "-",
-                    c.get("message") or "",
-                ]
-            )
-            cst.append(
-                [_plain, lambda t, st=c["status"]: s.condition(st, t), _plain, _plain, _plain]
-            )
-        lines += _table(crow, cst)
-    else:
-        lines.append(s.warn("  none: the hook has not answered a sync for this cluster yet"))
-
-    read_only = report.get("readOnly")
-    lines += ["", s.bold("Read-only endpoints")]
-    if read_only is None:
-        lines.append(s.dim("  no read-only Service (spec.replicaService is not set)"))
-    else:
-        limit = read_only.get("maxLagBytes")
-        notes = [f"maxLagBytes {format_bytes(limit)}"] if isinstance(limit, int) else []
-        notes.append(f"whenNoReplica {read_only['whenNoReplica']}")
-        lines.append(f"  Service {read_only['service']} ({', '.join(notes)})")
-        if read_only["endpoints"]:
-            for e in read_only["endpoints"]:
-                lines.append(f"  {e['pod']:<24} {e.get('ip') or '- (no Pod IP)'}")
-        else:
-            lines.append(s.warn("  no endpoints: the read-only Service routes nowhere"))
-
-    backup = report.get("backup")
-    lines += ["", s.bold("Backups")]
-    if backup is None:
-        lines.append(s.dim("  no scheduled backups (spec.backup is not set)"))
-    else:
-        cron = backup.get("cronJob") or "?"
-        schedule = backup.get("schedule")
-        lines.append(f"  CronJob {cron}" + (f" ({schedule})" if schedule else ""))
-        ok, failed = backup.get("lastSuccessful"), backup.get("lastFailed")
-        lines.append(
-            "  Last successful: "
-            + (s.good(f"{ok['completionTime']} (Job {ok['job']})") if ok else s.warn("none yet"))
-        )
-        if failed:
-            lines.append(
-                "  Last failed:     "
-                + s.bad(f"{failed['failureTime']} (Job {failed['job']}, {failed['reason']})")
-            )
-        else:
-            lines.append("  Last failed:     none")
-    return "\n".join(lines)
-
-
-def _lag_text(lag: Mapping[str, Any]) -> str:
-    if lag.get("source") == "leader":
-        return "-"
-    if isinstance(lag.get("bytes"), int):
-        return human_bytes(lag["bytes"])
-    within = lag.get("withinBytes")
-    return f"≤ {format_bytes(within)}" if isinstance(within, int) else "?"
-
-
-def human_bytes(value: int) -> str:
-    """A measured lag: ``0 B``, ``512 B``, ``12.0 KiB``, ``64.0 MiB``."""
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{value} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
-
-
-def _pod_text(pod: Mapping[str, Any] | None) -> str:
-    if pod is None:
-        return "no Pod"
-    if pod["terminating"]:
-        return "Terminating"
-    if pod["ready"]:
-        return "Ready"
-    return f"{pod.get('phase') or '?'}, not Ready"
-
-
-def _plain(text: str) -> str:
-    return text
-
-
-def _table(rows: list[list[str]], styles: list[list[Any]]) -> list[str]:
-    """Left-aligned columns, padded on the plain text so colour codes do not skew them."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out = []
-    for row, row_styles in zip(rows, styles, strict=True):
-        cells = []
-        for i, (cell, paint) in enumerate(zip(row, row_styles, strict=True)):
-            pad = "" if i == len(row) - 1 else " " * (widths[i] - len(cell))
-            cells.append(paint(cell) + pad)
-        out.append("  " + "  ".join(cells).rstrip())
-    return out
 
 
 # ------------------------------------------------------------------ small helpers
