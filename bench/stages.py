@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import functools
 import http.client
+import importlib
 import json
 import os
 import sys
@@ -56,13 +57,14 @@ def _timed(name: str, function: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-#: Stage names, in the order of a sync; the module-level functions of hooks.app wrapped.
+#: Stage names, in the order of a sync: (module, function) of the hook, wrapped where the
+#: pipeline looks them up (hooks.app reads and writes the body, hooks.handler runs the rest).
 STAGES = {
-    "_json_body": "body: read, depth check, json.loads",
-    "load_sync_request": "request checks (envelope, parent, spec)",
-    "plan_probes": "probe plan (addresses, policy)",
-    "reconcile": "decision and reply body",
-    "_reply": "reply: json.dumps, Response",
+    ("hooks.app", "_json_body"): "body: read, depth check, json.loads",
+    ("hooks.handler", "load_sync_request"): "request checks (envelope, parent, spec)",
+    ("hooks.handler", "plan_probes"): "probe plan (addresses, policy)",
+    ("hooks.handler", "reconcile"): "decision and reply body",
+    ("hooks.app", "_reply"): "reply: json.dumps, Response",
 }
 
 
@@ -84,8 +86,9 @@ def create_app() -> Flask:
     )
     prober.probe = _timed("probe round (request thread)", prober.probe)  # type: ignore[method-assign]
     prober.probe_one = _timed("probes (their pool threads)", prober.probe_one)  # type: ignore[method-assign]
-    for name in STAGES:
-        setattr(hook_app, name, _timed(STAGES[name], getattr(hook_app, name)))
+    for (module_name, name), label in STAGES.items():
+        module = importlib.import_module(module_name)
+        setattr(module, name, _timed(label, getattr(module, name)))
     app = hook_app.create_app(settings=settings, prober=prober)
     app.wsgi_app = _timed("Flask app in all (request thread)", app.wsgi_app)  # type: ignore[method-assign]
 

@@ -11,82 +11,25 @@ Two rules keep Events from ever hurting a sync:
   UID, the transition and the previous condition's ``lastTransitionTime``. Two replicas
   that see the same transition (a retried sync, a stale cache) create the same name,
   and the API server refuses the second with 409, which is ignored.
+
+Which Event a reply deserves is decided by the pure :func:`hooks.cluster_event.event_for`;
+this module only sends it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from hooks.model import SyncRequest
-from hooks.sync import CONDITION_READY, Decision, SyncOutcome
+from hooks.cluster_event import ClusterEvent
 
 log = logging.getLogger("hooks.events")
 
 REPORTING_CONTROLLER = "adg.io/pg-failover-hook"
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterEvent:
-    """An ``events.k8s.io/v1`` Event about one PostgreSQLCluster."""
-
-    name: str
-    namespace: str
-    type: str
-    reason: str
-    action: str
-    note: str
-    regarding: Mapping[str, str]
-
-
-def event_for(request: SyncRequest, outcome: SyncOutcome) -> ClusterEvent | None:
-    """The Event a reply deserves, if any (pure)."""
-    if request.finalizing or not outcome.transition:
-        return None
-    if outcome.primary_changed:
-        kind, reason, action = "Normal", "PrimaryChanged", "RoutePrimary"
-        note = (
-            f"Service {request.spec.service_name if request.spec else '?'} moved from "
-            f"{outcome.previous_primary or '(none)'} to {outcome.primary}: {outcome.message}"
-        )
-    elif outcome.decision.degraded or outcome.decision is Decision.INVALID_SPEC:
-        kind, reason, action = "Warning", outcome.decision.value, "KeepRouting"
-        note = outcome.message
-    else:
-        return None
-    metadata = request.parent.get("metadata", {})
-    uid = str(metadata.get("uid", ""))
-    previous = next(
-        (
-            c
-            for c in (request.parent.get("status") or {}).get("conditions") or []
-            if isinstance(c, Mapping) and c.get("type") == CONDITION_READY
-        ),
-        {},
-    )
-    key = "|".join([uid, reason, str(outcome.primary), str(previous.get("lastTransitionTime", ""))])
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return ClusterEvent(
-        name=f"{request.name[:200]}.{digest}",
-        namespace=request.namespace,
-        type=kind,
-        reason=reason,
-        action=action,
-        note=note[:1000],
-        regarding={
-            "apiVersion": str(request.parent.get("apiVersion", "adg.io/v1alpha1")),
-            "kind": str(request.parent.get("kind", "PostgreSQLCluster")),
-            "name": request.name,
-            "namespace": request.namespace,
-            "uid": uid,
-        },
-    )
 
 
 class EventEmitter:

@@ -2,7 +2,7 @@
 
 This module is pure: it turns an HTTP status and a JSON body (or a failure reason)
 into a :class:`MemberStatus`. The I/O that obtains them lives in :mod:`hooks.patroni`,
-and the decisions that use them live in :mod:`hooks.sync`. Modelled on Patroni's own
+and the decisions that use them live in :mod:`hooks.routing`. Modelled on Patroni's own
 ``_MemberStatus.from_api_response`` / ``unknown`` pair in ``patroni/ha.py``.
 """
 
@@ -40,7 +40,7 @@ class ProbeVerdict(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ProbeTarget:
-    """One member to ask, and where: built from the Pod's own IP by :mod:`hooks.sync`."""
+    """One member to ask, and where: built from the Pod's own IP by :mod:`hooks.probing`."""
 
     pod: str
     url: str

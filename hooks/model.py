@@ -104,7 +104,7 @@ class ServicePort:
         }
 
 
-#: What the read-only endpoints list when no replica qualifies (see hooks/replicas.py).
+#: What the read-only endpoints list when no replica qualifies (see hooks/parts/readonly.py).
 WHEN_NO_REPLICA = ("KeepEndpoints", "UseLeader", "Empty")
 DEFAULT_MAX_LAG_BYTES = 16 * 1024 * 1024
 

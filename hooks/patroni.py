@@ -12,16 +12,13 @@ Metacontroller write the status again and again).
 Modelled on Patroni's own ``fetch_nodes_statuses`` (``patroni/ha.py``): fixed small
 timeouts, no retries (the next resync is the retry), a shared thread pool.
 
-The HTTP client is **urllib3** (the transport under requests), used the way Patroni's own
+The HTTP client is **urllib3** (the transport under requests), used as Patroni's own
 ``patroni/request.py`` uses it: one ``PoolManager`` per process, ``retries=False``,
-``redirect=False``, ``preload_content=False`` with a bounded body read, and a
-``urllib3.Timeout(connect, read, total)``. A requests ``Session`` added nothing a probe
-needs (no redirects, cookies, auth, proxies or environment) and cost more CPU than the
-HTTP exchange itself (settings merging, request preparation, hooks); see bench/README.md.
-TLS is urllib3's too: the CA bundle and client certificate of :class:`PatroniTLS` on
-every https pool (read for each connection, so a renewed mounted Secret is used without a
-restart; without a CA bundle, the system's trust store), and ``spec.patroni.tls.serverName``
-as the pool's ``server_hostname`` (SNI) and ``assert_hostname`` (verification).
+``redirect=False``, ``preload_content=False`` with a bounded body read and a
+``urllib3.Timeout(connect, read, total)`` (a requests ``Session`` only added CPU: see
+bench/README.md). TLS: the CA bundle and client certificate of :class:`PatroniTLS` on every
+https pool, read per connection so a renewed Secret needs no restart, and
+``spec.patroni.tls.serverName`` as SNI and ``assert_hostname``.
 """
 
 from __future__ import annotations
@@ -327,7 +324,7 @@ def _name_mismatch(server_name: str | None) -> str:
 def target_problem(url: str, policy: ProbePolicy | None) -> str | None:
     """Why ``url`` must not be requested, or ``None``; nothing is sent for a refused URL.
 
-    Targets are built by :func:`hooks.sync.plan_probes` from a Pod IP, the spec's port and
+    Targets are built by :func:`hooks.probing.plan_probes` from a Pod IP, the spec's port and
     a leader path, so none of this should ever trip. It is checked here, on the exact URL
     about to be requested, so that no other code path can make the hook request a
     hostname (DNS, and whatever it resolves to), credentials, a query, or another path.

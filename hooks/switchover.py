@@ -23,7 +23,7 @@ sync whose probes confirmed the leader: every member Pod must carry the label wi
 value Patroni's REST answer implies (the leader's value on the leader, the replica value
 on every other member) and, without ``roleLabel``, Patroni's ``status`` annotation with
 the role that member reported over REST. Anything else is polled, with the reason in
-the status. The label never decides routing (:mod:`hooks.sync` routes on the REST
+the status. The label never decides routing (:mod:`hooks.routing` routes on the REST
 answers only); it only decides how long the healthy resync may be.
 
 Phase spread: each healthy resync lands the cluster's next sync on a slot of its own (a
@@ -45,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hooks.keeping import annotations_of, labels_of
 from hooks.members import MemberStatus
 from hooks.model import (
     PATRONI_LEADER_VALUES,
@@ -53,6 +54,7 @@ from hooks.model import (
     ROLE_ALIASES,
     STATUS_ANNOTATION,
     ClusterSpec,
+    Condition,
     ResyncTiming,
     RoleLabelSpec,
 )
@@ -72,12 +74,23 @@ class Detection(enum.Enum):
     ROLE_LABEL = "RoleLabel"
 
 
+class DetectionReason(enum.Enum):
+    """The ``SwitchoverDetection`` condition's reason."""
+
+    ROLE_LABELS_AGREE = "RoleLabelsAgree"
+    NO_CONFIRMED_LEADER = "NoConfirmedLeader"
+    ROLE_LABEL_DISAGREES = "RoleLabelDisagrees"
+    STATUS_ANNOTATION_DISAGREES = "StatusAnnotationDisagrees"
+    ROLE_LABEL_MISSING = "RoleLabelMissing"
+    STATUS_ANNOTATION_MISSING = "StatusAnnotationMissing"
+
+
 @dataclass(frozen=True, slots=True)
 class DetectionVerdict:
     """The mode for this sync, the condition's reason and a message that says why."""
 
     detection: Detection
-    reason: str
+    reason: DetectionReason
     message: str
 
     @property
@@ -85,9 +98,10 @@ class DetectionVerdict:
         """Whether a switchover of this cluster is expected to change a related Pod."""
         return self.detection is Detection.ROLE_LABEL
 
-    def condition(self) -> tuple[str, str, str, str]:
-        """``(type, status, reason, message)`` for :func:`hooks.sync._conditions`."""
-        return (CONDITION, "True" if self.event_driven else "False", self.reason, self.message)
+    def condition(self) -> Condition:
+        """The ``SwitchoverDetection`` condition of this sync."""
+        status = "True" if self.event_driven else "False"
+        return Condition(CONDITION, status, self.reason.value, self.message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +144,7 @@ def detect(
     if leader is None or leader not in pods:
         return DetectionVerdict(
             Detection.POLLED,
-            "NoConfirmedLeader",
+            DetectionReason.NO_CONFIRMED_LEADER,
             "Polled: no leader confirmed by Patroni in this sync to compare role labels with",
         )
     rule = _Rule.of(spec.switchover.role_label)
@@ -140,8 +154,7 @@ def detect(
     no_annotation: list[str] = []
     bad_annotation: list[str] = []
     for name in sorted(pods):
-        metadata = _mapping(pods[name].get("metadata"))
-        value = _mapping(metadata.get("labels")).get(rule.key)
+        value = labels_of(pods[name]).get(rule.key)
         wanted = rule.leader_values if name == leader else rule.replica_values
         if not isinstance(value, str):
             missing.append(name)
@@ -151,7 +164,7 @@ def detect(
             )
         if not rule.annotation:
             continue
-        role = _annotation_role(_mapping(metadata.get("annotations")).get(STATUS_ANNOTATION))
+        role = _annotation_role(annotations_of(pods[name]).get(STATUS_ANNOTATION))
         answered = answers.get(name)
         if role is None:
             no_annotation.append(name)
@@ -163,30 +176,30 @@ def detect(
             )
     if disagreeing:
         return _polled(
-            "RoleLabelDisagrees",
+            DetectionReason.ROLE_LABEL_DISAGREES,
             f"the role label disagrees with Patroni (leader {leader}): {_names(disagreeing)}; "
             "the label is ignored",
         )
     if bad_annotation:
         return _polled(
-            "StatusAnnotationDisagrees",
+            DetectionReason.STATUS_ANNOTATION_DISAGREES,
             f"Patroni's status annotation disagrees with its REST answer: {_names(bad_annotation)}",
         )
     if missing:
         return _polled(
-            "RoleLabelMissing",
+            DetectionReason.ROLE_LABEL_MISSING,
             f"no {rule.key} label on {_names(missing)}",
         )
     if no_annotation:
         return _polled(
-            "StatusAnnotationMissing",
+            DetectionReason.STATUS_ANNOTATION_MISSING,
             f"no Patroni status annotation on {_names(no_annotation)} (not Patroni's "
             "Kubernetes DCS: name a label kept by something else in spec.switchover.roleLabel)",
         )
     source = f"label {rule.key}" + (" and Patroni's status annotation" if rule.annotation else "")
     return DetectionVerdict(
         Detection.ROLE_LABEL,
-        "RoleLabelsAgree",
+        DetectionReason.ROLE_LABELS_AGREE,
         f"Role label: every member Pod's {source} agree with Patroni (leader {leader}), "
         "so a switchover changes a Pod",
     )
@@ -231,7 +244,7 @@ def spread_resync(period: float, key: str, now: float) -> float:
     return delay + period if delay < period / 2 else delay
 
 
-def _polled(reason: str, why: str) -> DetectionVerdict:
+def _polled(reason: DetectionReason, why: str) -> DetectionVerdict:
     return DetectionVerdict(Detection.POLLED, reason, f"Polled: {why}")
 
 
@@ -262,10 +275,6 @@ def _annotation_role(raw: object) -> str | None:
     if not isinstance(role, str) or not role or not isinstance(data.get("state"), str):
         return None
     return ROLE_ALIASES.get(role, role)
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _names(items: Sequence[str]) -> str:

@@ -12,9 +12,9 @@ import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from hooks import replicas
 from hooks.members import MemberStatus
 from hooks.model import CRONJOB_KEY, ENDPOINTSLICE_KEY, JOB_KEY
+from hooks.parts import readonly_objects
 from hooks.sync import SyncOutcome
 from standin.apply import World, apply_reply
 from tests.helpers import (
@@ -149,10 +149,11 @@ def observed(*desired: Mapping[str, Any]) -> list[dict[str, Any]]:
 def listed_slice(names: Iterable[str], service: str = READ_ONLY) -> dict[str, Any]:
     """An observed IPv4 slice of ``service`` that lists ``names`` (at their usual IPs)."""
     endpoints = [
-        replicas.endpoint(n, make_pod(n), _ip(member_ip(n)), NAMESPACE) for n in sorted(names)
+        readonly_objects.endpoint(n, make_pod(n), _ip(member_ip(n)), NAMESPACE)
+        for n in sorted(names)
     ]
     ports = [{"name": "postgresql", "port": 5432, "protocol": "TCP"}]
-    (slice_,) = observed(replicas.desired_slice(NAMESPACE, service, 4, endpoints, ports))
+    (slice_,) = observed(readonly_objects.desired_slice(NAMESPACE, service, 4, endpoints, ports))
     return slice_
 
 
@@ -162,7 +163,9 @@ def read_only_service(name: str = READ_ONLY) -> dict[str, Any]:
 
     spec, _ = load_spec(rs_spec(name=name))
     assert spec is not None and spec.replica_service is not None
-    (service,) = observed(replicas.desired_service(spec, spec.replica_service, NAMESPACE, name))
+    (service,) = observed(
+        readonly_objects.desired_service(spec, spec.replica_service, NAMESPACE, name)
+    )
     return service
 
 

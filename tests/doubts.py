@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hooks.members import MemberStatus
-from hooks.sync import Decision
+from hooks.routing import Decision
 from tests.helpers import (
     P0,
     P1,

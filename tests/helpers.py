@@ -13,8 +13,9 @@ from hooks.config import AuthSettings
 from hooks.envelope import load_sync_request
 from hooks.members import MemberStatus, ProbeTarget
 from hooks.model import ResyncTiming, SyncRequest
+from hooks.probing import probe_targets
 from hooks.switchover import spread_resync
-from hooks.sync import SyncOutcome, probe_targets, reconcile
+from hooks.sync import SyncOutcome, reconcile
 from tests.patroni_wire import patroni_body
 
 #: For tests of what the hook answers, not of who may ask: the app's default requires a

@@ -1,4 +1,4 @@
-"""Unit tests of the scheduled base backups (:mod:`hooks.backup` through the sync pipeline).
+"""Unit tests of the scheduled base backups (:mod:`hooks.parts.backup` through the sync pipeline).
 
 Test design notes
 -----------------
@@ -25,10 +25,11 @@ from typing import Any
 
 import pytest
 
-from hooks import backup
+from hooks.keeping import preserved
 from hooks.model import BACKUP_OF_LABEL, CRONJOB_KEY, LAST_APPLIED_ANNOTATION
+from hooks.parts import backup, backup_cronjob
+from hooks.routing import Decision
 from hooks.schemas import load_spec
-from hooks.sync import Decision, preserved
 from tests.child_helpers import (
     backup_fields,
     children_of,
@@ -133,7 +134,7 @@ def test_the_cronjob_runs_the_backup_script_against_the_primary_service() -> Non
     ]
     (container,) = pod["containers"]
     assert container["image"] == "postgres:18.1"
-    assert container["command"] == ["/bin/sh", "-c", backup.backup_script(3, 21600)]
+    assert container["command"] == ["/bin/sh", "-c", backup_cronjob.backup_script(3, 21600)]
     assert container["volumeMounts"] == [{"name": "backups", "mountPath": "/backups"}]
     assert container["env"] == [
         {"name": "PGHOST", "value": "pg-orders-primary"},
@@ -179,11 +180,11 @@ def test_keep_deadline_and_resources_come_from_the_spec() -> None:
     )
     cronjob = cronjob_of(request_body(spec=seed_spec(backup=fields)))
     (container,) = pod_spec(cronjob)["containers"]
-    assert container["command"][2] == backup.backup_script(7, 3600)
+    assert container["command"][2] == backup_cronjob.backup_script(7, 3600)
     assert "stale_minutes=61\n" in container["command"][2]
     # A partial directory is stale one minute after the deadline, in whole minutes up.
-    assert "stale_minutes=3\n" in backup.backup_script(7, 61)
-    assert "stale_minutes=2\n" in backup.backup_script(7, 60)
+    assert "stale_minutes=3\n" in backup_cronjob.backup_script(7, 61)
+    assert "stale_minutes=2\n" in backup_cronjob.backup_script(7, 60)
     assert cronjob["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 3600
     assert container["resources"] == {
         "requests": {"cpu": "250m", "memory": "268435456"},
@@ -237,8 +238,8 @@ def test_a_quantity_the_api_server_rewrote_is_echoed_as_it_is_stored() -> None:
     ],
 )
 def test_quantity_values(text: str, value: float) -> None:
-    assert backup.quantity_value(text) == value
-    assert backup.quantity_value("-1") is None
+    assert backup_cronjob.quantity_value(text) == value
+    assert backup_cronjob.quantity_value("-1") is None
 
 
 def test_the_postgresql_port_is_the_one_named_postgresql_else_the_first() -> None:
@@ -252,7 +253,7 @@ def test_the_postgresql_port_is_the_one_named_postgresql_else_the_first() -> Non
     assert {"name": "PGPORT", "value": "6432"} in env
     spec["service"]["ports"] = [{"name": "pg", "port": 5433}]
     loaded, _ = load_spec(spec)
-    assert loaded is not None and backup.postgres_port(loaded) == 5433
+    assert loaded is not None and backup_cronjob.postgres_port(loaded) == 5433
 
 
 @pytest.mark.parametrize(
@@ -265,17 +266,17 @@ def test_the_postgresql_port_is_the_one_named_postgresql_else_the_first() -> Non
     ],
 )
 def test_long_cronjob_names_are_cut_with_a_hash_of_the_whole_name(cluster: str, name: str) -> None:
-    assert backup.cronjob_name(cluster) == name
+    assert backup_cronjob.cronjob_name(cluster) == name
     assert len(name) <= 52
 
 
 @pytest.mark.parametrize("length", [1, 44, 45, 60, 253])
 def test_cronjob_names_fit_the_52_character_limit(length: int) -> None:
     cluster = ("pg." * 100)[:length].strip(".") or "p"
-    name = backup.cronjob_name(cluster)
+    name = backup_cronjob.cronjob_name(cluster)
     assert len(name) <= 52
     assert name.endswith("-backup")
-    assert name == backup.cronjob_name(cluster)  # stable
+    assert name == backup_cronjob.cronjob_name(cluster)  # stable
     if len(f"{cluster}-backup") <= 52:
         assert name == f"{cluster}-backup"
     assert not name.startswith(("-", ".")) and "-." not in name and ".-" not in name
@@ -673,7 +674,7 @@ def run_script(
     }
     environment = {k: v for k, v in environment.items() if v != "<unset>"}
     return subprocess.run(
-        ["/bin/sh", "-c", backup.backup_script(keep, deadline)],
+        ["/bin/sh", "-c", backup_cronjob.backup_script(keep, deadline)],
         env=environment,
         capture_output=True,
         text=True,
@@ -688,7 +689,7 @@ def entries(root: Path) -> list[str]:
 
 def test_the_script_is_valid_posix_shell() -> None:
     check = subprocess.run(
-        ["/bin/sh", "-n", "-c", backup.backup_script(3)],
+        ["/bin/sh", "-n", "-c", backup_cronjob.backup_script(3)],
         capture_output=True,
         text=True,
         check=False,
@@ -805,6 +806,6 @@ def test_a_missing_setting_fails_before_anything_is_written(
 @pytest.mark.parametrize("keep", [0, -1, True, 2.0])
 def test_keep_and_the_deadline_must_be_positive_integers(keep: Any) -> None:
     with pytest.raises(ValueError, match="keep must be a positive integer"):
-        backup.backup_script(keep)
+        backup_cronjob.backup_script(keep)
     with pytest.raises(ValueError, match="active_deadline_seconds must be a positive integer"):
-        backup.backup_script(3, keep)
+        backup_cronjob.backup_script(3, keep)

@@ -23,7 +23,7 @@ import pytest
 
 from devcluster import PatroniCluster
 from devcluster.cluster import REPLICATION_USER, SUPERUSER
-from hooks import backup
+from hooks.parts import backup_cronjob
 from hooks.schemas import load_spec
 from standin.harness import CLUSTER, NAMESPACE, PARENT_UID, PRIMARY_SELECTOR, SERVICE
 
@@ -88,7 +88,7 @@ def test_the_backup_jobs_script_makes_a_backup_postgres_starts_from(
         }
     )
     assert spec is not None, problems
-    cronjob = backup.desired_cronjob(spec, NAMESPACE, CLUSTER, PARENT_UID)
+    cronjob = backup_cronjob.desired_cronjob(spec, NAMESPACE, CLUSTER, PARENT_UID)
     (container,) = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
     assert container["command"][:2] == ["/bin/sh", "-c"]
     script = container["command"][2]

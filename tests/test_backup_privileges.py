@@ -28,7 +28,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hooks import backup
+from hooks.parts import backup_cronjob
 from tests.child_helpers import children_of, cluster_answers, request_body
 from tests.helpers import P0, run, seed_spec
 from tests.manifest_helpers import restricted_problems
@@ -182,7 +182,7 @@ TAMPERED_CRONJOB: dict[str, Any] = {
                         "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
                         "containers": [
                             {
-                                "name": backup.CONTAINER,
+                                "name": backup_cronjob.CONTAINER,
                                 "securityContext": {"privileged": True, "runAsUser": 0},
                                 "envFrom": [{"secretRef": {"name": "everything"}}],
                                 "resources": {"limits": {"memory": "1Gi"}},
@@ -268,7 +268,9 @@ def _secret(spec: Mapping[str, Any]) -> str | None:
 @given(spec=valid_specs())
 def test_every_valid_spec_yields_an_unprivileged_backup_pod(spec: dict[str, Any]) -> None:
     children = cronjobs_for(spec, tampered=False)
-    assert list(children) == [backup.cronjob_name("pg-orders")], "a valid spec yields the CronJob"
+    assert list(children) == [backup_cronjob.cronjob_name("pg-orders")], (
+        "a valid spec yields the CronJob"
+    )
     (cronjob,) = children.values()
     assert privilege_problems(cronjob, _secret(spec)) == []
     pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]

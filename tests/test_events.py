@@ -18,9 +18,10 @@ import pytest
 from kubernetes import client as k8s
 
 from hooks.app import create_app
+from hooks.cluster_event import event_for
 from hooks.config import HookSettings
 from hooks.envelope import load_sync_request
-from hooks.events import EventEmitter, event_for
+from hooks.events import EventEmitter
 from hooks.model import ResyncTiming
 from hooks.sync import reconcile
 from tests.helpers import NO_AUTH, NOW, FakeProber, fixture, leader, replica
@@ -148,6 +149,16 @@ def test_no_event_without_a_transition() -> None:
     body["parent"]["status"] = first.body["status"]
     again = load_sync_request(body)
     assert event_for(again, reconcile(again, {}, now=NOW, timing=ResyncTiming())) is None
+
+
+@pytest.mark.parametrize("status", [[], "junk", {"conditions": "junk"}, {"conditions": [1]}])
+def test_a_status_that_is_not_one_still_gives_the_event(status: object) -> None:
+    """The parent's status is free input: junk there is read as "no previous condition"."""
+    body = fixture("sync-no-leader-during-failover.json")
+    body["parent"]["status"] = status
+    request = load_sync_request(body)
+    event = event_for(request, reconcile(request, {}, now=NOW, timing=ResyncTiming()))
+    assert event is not None and event.reason == "NoLeader"
 
 
 def test_a_hung_api_server_does_not_delay_the_sync(api_server: FakeEventsApi) -> None:

@@ -39,6 +39,7 @@ SHELL = {
     "hooks.config",
     "hooks.events",
     "hooks.gunicorn_conf",
+    "hooks.handler",
     "hooks.logs",
     "hooks.metrics",
     "hooks.patroni",
@@ -134,8 +135,8 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     [
         ("hooks/model.py", "import flask", "flask", "pure-core"),
         ("hooks/sync.py", "import os", "os", "pure-core"),
-        ("hooks/replicas.py", "from os import environ", "os", "pure-core"),
-        ("hooks/backup.py", "from hooks import config", "hooks.config", "pure-core"),
+        ("hooks/parts/readonly.py", "from os import environ", "os", "pure-core"),
+        ("hooks/parts/backup.py", "from hooks import config", "hooks.config", "pure-core"),
         ("hooks/model.py", "from hooks import members", "hooks.members", "model"),
         ("hooks/plugin/cli.py", "import flask", "flask", "plugin-apart"),
         (

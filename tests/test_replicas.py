@@ -1,4 +1,4 @@
-"""Unit tests of the read-only Service (:mod:`hooks.replicas` through :func:`hooks.sync.reconcile`).
+"""Unit tests of the read-only Service (:mod:`hooks.parts.readonly`, through ``reconcile``).
 
 Test design notes
 -----------------
@@ -28,11 +28,13 @@ from typing import Any
 
 import pytest
 
-from hooks import replicas
+from hooks.keeping import preserved
 from hooks.members import MemberStatus
 from hooks.model import ENDPOINTSLICE_KEY, LAST_APPLIED_ANNOTATION
+from hooks.parts.primary import desired_service
+from hooks.parts.readonly import classify, format_bytes
+from hooks.routing import Decision
 from hooks.schemas import load_spec
-from hooks.sync import Decision, desired_service, preserved
 from tests.child_helpers import (
     LEADER_AT,
     MIB,
@@ -399,7 +401,7 @@ def test_the_lag_limit_comes_from_the_spec() -> None:
     [(16 * MIB, "16 MiB"), (1 << 30, "1 GiB"), (1536, "1536 bytes"), (4096, "4 KiB")],
 )
 def test_the_limit_is_stated_exactly(limit: int, phrase: str) -> None:
-    assert replicas.format_bytes(limit) == phrase
+    assert format_bytes(limit) == phrase
 
 
 # ============================================================ unreachable members
@@ -1143,15 +1145,9 @@ def test_classify_gives_the_whole_verdict(
     verdict: tuple[bool | None, str, bool],
 ) -> None:
     address = ipaddress.ip_address(member_ip(member.name)) if ip == "auto" else None
-    got = replicas.classify(
-        member.name,
-        member,
-        pod,
-        address,
-        _LEADER,
-        LEADER_AT,
-        MIB,
-        options.get("verify", True),
-        **({"include_paused": True} if options.get("include_paused") else {}),
-    )
+    spec_body = rs_spec(maxLagBytes=MIB, includePausedReplicas=options.get("include_paused", False))
+    spec_body["patroni"] = {"memberNameMustMatchPod": options.get("verify", True)}
+    spec, problems = load_spec(spec_body)
+    assert spec is not None, problems
+    got = classify(member, pod, address, _LEADER, LEADER_AT, spec)
     assert (got.listed, got.reason, got.keepable) == verdict

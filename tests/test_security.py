@@ -37,7 +37,7 @@ from hooks.jsonbody import bracket_skeleton, nesting_problem
 from hooks.members import MemberStatus, ProbeTarget
 from hooks.patroni import PatroniProber, target_problem
 from hooks.policy import ProbePolicy, describe_ports, parse_networks, parse_ports
-from hooks.sync import apply_policy, plan_probes
+from hooks.probing import apply_policy, plan_probes
 from standin.gunicorn import GunicornHook, gunicorn_hook
 from tests import fakes
 from tests.certs import Pair, TestCA

@@ -27,9 +27,10 @@ from hooks.model import (
     RoleLabelSpec,
     SwitchoverSpec,
 )
+from hooks.routing import Decision
 from hooks.schemas import load_spec
 from hooks.switchover import Detection, detect
-from hooks.sync import Decision, SyncOutcome
+from hooks.sync import SyncOutcome
 from tests.helpers import (
     CLUSTER,
     NOW,
@@ -430,15 +431,15 @@ def test_detect_never_vouches_for_a_leader_it_cannot_check() -> None:
     pods = {p["metadata"]["name"]: p for p in k8s_dcs_pods(P0)}
     answers = healthy(P0)
     outsider = detect(pods, list(answers.values()), "pg-orders-9", spec)
-    assert (outsider.detection, outsider.reason) == (Detection.POLLED, "NoConfirmedLeader")
+    assert (outsider.detection, outsider.reason.value) == (Detection.POLLED, "NoConfirmedLeader")
     unanswered = detect(pods, [answers[P1], answers[P2]], P0, spec)
-    assert (unanswered.reason, unanswered.message) == (
+    assert (unanswered.reason.value, unanswered.message) == (
         "StatusAnnotationDisagrees",
         "Polled: Patroni's status annotation disagrees with its REST answer: "
         f"{P0}'s status annotation says role primary",
     )
     # A replica without an answer is compared by its label only, like an unreachable one.
-    assert detect(pods, [answers[P0], answers[P1]], P0, spec).reason == "RoleLabelsAgree"
+    assert detect(pods, [answers[P0], answers[P1]], P0, spec).reason.value == "RoleLabelsAgree"
 
 
 # ========================================================== roleLabel (Spilo)

@@ -39,10 +39,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hooks.envelope import load_sync_request
+from hooks.keeping import preserved
 from hooks.members import MemberStatus, ProbeTarget
 from hooks.model import LAST_APPLIED_ANNOTATION, LEADER_PATHS, ResyncTiming
+from hooks.probing import probe_targets
+from hooks.routing import Decision
 from hooks.switchover import spread_resync
-from hooks.sync import Decision, SyncOutcome, preserved, probe_targets, reconcile
+from hooks.sync import SyncOutcome, reconcile
 from tests.doubts import DOUBT_IDS, DOUBTS, Doubt
 from tests.helpers import (
     CLUSTER,
@@ -1951,7 +1954,7 @@ def test_junk_in_the_parents_conditions_is_ignored(conditions: list[Any]) -> Non
 def test_kept_read_only_services_slices_and_cronjobs_are_what_they_were_observed_as(
     edit: Any, routed: bool
 ) -> None:
-    # The same rule for the children hooks.replicas and hooks.backup keep (the spec no
+    # The same rule for the children the read-only and backup parts keep (the spec no
     # longer asks for them, so they are kept as they are / suspended): each comes back
     # as its children group's GVK, in the parent's namespace, whatever it claims.
     from tests.child_helpers import (

@@ -35,11 +35,9 @@ def _literal(node: ast.expr | None) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
-def scan(source: str) -> tuple[set[str], set[str]]:
-    """``(reasons, condition types)`` that one module's source can emit."""
-    tree = ast.parse(source)
+def enum_reasons(tree: ast.Module) -> set[str]:
+    """The values of every ``Decision`` or ``*Reason`` enum defined in one module."""
     reasons: set[str] = set()
-    types: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and (
             node.name == "Decision" or node.name.endswith("Reason")
@@ -51,7 +49,16 @@ def scan(source: str) -> tuple[set[str], set[str]]:
                 for statement in node.body:
                     if isinstance(statement, ast.Assign) and _literal(statement.value):
                         reasons.add(str(_literal(statement.value)))
-        elif isinstance(node, ast.Tuple) and len(node.elts) == 4:
+    return reasons
+
+
+def scan(source: str) -> tuple[set[str], set[str]]:
+    """``(reasons, condition types)`` that one module's source can emit."""
+    tree = ast.parse(source)
+    reasons = enum_reasons(tree)
+    types: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Tuple) and len(node.elts) == 4:
             if _is_condition_name(node.elts[0]) and (reason := _literal(node.elts[2])):
                 reasons.add(reason)
         elif isinstance(node, ast.Call):
@@ -176,8 +183,25 @@ def test_the_scan_finds_what_the_code_emits() -> None:
     reasons, types = emitted()
     assert {"Ready", "PrimaryRouted", "SpecValid"} <= types
     assert len(types) >= 5 and len(reasons) >= 20
-    # Reasons built as literals (not enums) are found too.
-    assert any(where.endswith("sync.py") for where in reasons.values())
+    # The enums of the routing decision, the hook's own conditions, each part and the
+    # switchover detection (literals are found too: see the test below).
+    assert {Path(where).name for where in reasons.values()} >= {
+        "routing.py",
+        "conditions.py",
+        "readonly.py",
+        "backup.py",
+        "switchover.py",
+    }
+
+
+def test_every_reason_is_a_member_of_a_reason_enum() -> None:
+    """No bare-string reasons: each one the code can emit is a ``*Reason``/``Decision`` member,
+    so a condition's reasons are listed in one place (the enum a part declares)."""
+    for path in sorted((REPO / "hooks").rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        reasons, _ = scan(source)
+        bare = reasons - enum_reasons(ast.parse(source))
+        assert bare == set(), f"{path.relative_to(REPO)}: use a *Reason enum for {sorted(bare)}"
 
 
 def test_the_scan_and_the_check_catch_a_new_reason() -> None:

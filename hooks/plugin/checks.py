@@ -8,9 +8,10 @@ The checks, and why each matters:
   the selector (the Pods listed with it), and **its EndpointSlice holds that pod's IP**: the
   status is what the hook answered; the selector and the slice are what traffic follows.
 - **The CompositeController declares every child type a spec needs**, with ``InPlace``
-  updates: Services always, EndpointSlices for ``spec.replicaService``, CronJobs for
-  ``spec.backup``. An undeclared type is never observed by Metacontroller (the hook refuses to
-  emit it), and without ``InPlace`` an existing child is never updated, so a failover would
+  updates (the types of the hook's registered parts, :func:`hooks.parts.child_resources`):
+  Services always, EndpointSlices for ``spec.replicaService``, CronJobs for ``spec.backup``.
+  An undeclared type is never observed by Metacontroller (the hook refuses to emit it), and
+  without ``InPlace`` an existing child is never updated, so a failover would
   not move the Service.
 - **The hook's token Secret is non-empty**: the CompositeController's ``endpointConfigs``
   name it; an empty key means Metacontroller sends no usable token and the hook answers 401
@@ -27,14 +28,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hooks.parts import child_resources
 from hooks.plugin.kube import GROUP, PLURAL
-
-#: Child types the hook emits, by the spec field that needs them ("" = always).
-CHILD_TYPES: tuple[tuple[str, str, str], ...] = (
-    ("", "v1", "services"),
-    ("replicaService", "discovery.k8s.io/v1", "endpointslices"),
-    ("backup", "batch/v1", "cronjobs"),
-)
 
 #: Values Go's strconv.ParseBool reads as true (Metacontroller's flags are Go flags).
 _GO_TRUE = ("1", "t", "T", "true", "TRUE", "True")
@@ -182,11 +177,17 @@ def controller(
                 "never calls the hook (kubectl apply -k deploy/ installs it)",
             )
         ], []
-    needed = [("", "v1", "services")]
-    for field, api_version, resource in CHILD_TYPES[1:]:
-        users = [_name(c) for c in clusters if _map(c.get("spec")).get(field)]
+    # The child types of the hook's registered parts, by the spec fields that need them.
+    needed = []
+    for kind in child_resources():
+        fields = kind.needed_by
+        if not fields:
+            needed.append(("", kind.api_version, kind.resource))
+            continue
+        users = [_name(c) for c in clusters if any(_map(c.get("spec")).get(f) for f in fields)]
         if users:
-            needed.append((f"spec.{field} of {', '.join(users)}", api_version, resource))
+            why = f"spec.{' or spec.'.join(fields)} of {', '.join(users)}"
+            needed.append((why, kind.api_version, kind.resource))
     checks: list[Check] = []
     for cc in ours:
         subject = f"CompositeController {_name(cc)}"

@@ -1,33 +1,17 @@
-"""Scheduled base backups: the CronJob child, the script its Job runs, and the status.
+"""The backup Job's shell script and the CronJob that runs it: builders, no decisions.
 
-Pure, like :mod:`hooks.sync` (which calls :func:`plan` once per sync).
+:mod:`hooks.parts.backup` decides whether the CronJob exists and what the status says;
+this module builds the object (with only the fields we own) and the script, and keeps
+resource quantities as the API server stores them.
 
-**What a backup is.** The Job runs :func:`backup_script` with ``/bin/sh``: ``pg_basebackup``
-against the *primary Service* (``PGHOST`` is ``spec.serviceRef.name``, so the backup always
-comes from the current leader, through the Service the hook keeps on it), with streamed
-WAL (``-X stream``: the backup is self-contained), a fast checkpoint (``-c fast``: it starts
-now, not at the next checkpoint) and a SHA-256 manifest, into a hidden ``.partial-base-<UTC
-time>`` directory on the PVC. Then ``pg_verifybackup`` checks every file and the WAL
-against the manifest, and only then is the directory renamed to ``base-<UTC time>``: a
-``base-*`` directory is always a verified backup. Last, all but the newest ``keep``
-``base-*`` directories are removed. A failed run removes its partial directory (and a run
-killed too hard for that, by a later run once it is older than the Job deadline), so a
-failure never costs a verified backup.
-
-**Status** comes from the Jobs the CronJob creates, related through the customize hook by
-a label that holds the parent's UID (unique to this cluster, never an empty selector): the
-newest success (Job name and completion time) and the newest failure (Job name, time,
-reason). Both change only when a backup ends; the previous status is kept when its Job is
-gone (history limits, TTL), so the values never go back in time.
+Pure: plain values in, new dicts out.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -41,7 +25,6 @@ from hooks.model import (
     field_default,
 )
 
-CONDITION = "BackupScheduled"
 CONTAINER = "basebackup"
 MOUNT_PATH = "/backups"
 #: CronJob names longer than 52 characters are refused (the Job name adds 11).
@@ -53,20 +36,6 @@ FAILED_JOBS_HISTORY = 3
 STARTING_DEADLINE_SECONDS = 3600
 #: One retry, in a fresh directory: a backup either verifies or leaves nothing behind.
 BACKOFF_LIMIT = 1
-
-
-@dataclass(frozen=True, slots=True)
-class BackupPlan:
-    """The backup part of a sync reply."""
-
-    children: list[dict[str, Any]]
-    #: ``status.backup`` (``None``: leave out).
-    status: dict[str, Any] | None = None
-    #: ``(type, status, reason, message)`` for ``BackupScheduled``, or ``None``.
-    condition: tuple[str, str, str, str] | None = None
-
-
-# --------------------------------------------------------------------- the script
 
 
 def backup_script(
@@ -261,200 +230,6 @@ def desired_cronjob(
             },
         },
     }
-
-
-def related_rules(spec: ClusterSpec | None, uid: str | None) -> list[dict[str, Any]]:
-    """The customize rule for this cluster's backup Jobs (none without a backup or a UID).
-
-    The selector is the parent's UID: unique to this cluster, and never empty (an empty
-    selector would relate every Job in the namespace).
-    """
-    if spec is None or spec.backup is None or not uid:
-        return []
-    return [
-        {
-            "apiVersion": "batch/v1",
-            "resource": "jobs",
-            "labelSelector": {"matchLabels": {BACKUP_OF_LABEL: uid}},
-        }
-    ]
-
-
-# --------------------------------------------------------------------------- plan
-
-
-def plan(
-    spec: ClusterSpec,
-    namespace: str,
-    cluster: str,
-    uid: str | None,
-    cronjobs: Mapping[str, Mapping[str, Any]] | None,
-    jobs: Mapping[str, Mapping[str, Any]] | None,
-    previous: Mapping[str, Any] | None,
-    preserve: Callable[[Mapping[str, Any]], dict[str, Any]],
-) -> BackupPlan:
-    """The backup children, ``status.backup`` and ``BackupScheduled`` of one sync.
-
-    :param cronjobs: observed CronJob children by name; ``None`` when the request has no
-        CronJob group (the CompositeController does not declare the type).
-    :param jobs: related backup Jobs by name; ``None`` when not related (yet).
-    :param previous: the parent's ``status.backup``.
-    """
-    backup = spec.backup
-    observed = dict(cronjobs or {})
-    if backup is None:
-        if not observed:
-            return BackupPlan([])
-        children = [_suspended(preserve(obj)) for _, obj in sorted(observed.items())]
-        names = ", ".join(sorted(observed))
-        return BackupPlan(
-            children,
-            status=_status(previous, jobs, uid, None),
-            condition=(
-                CONDITION,
-                "False",
-                "BackupRemoved",
-                f"spec.backup is not set; CronJob {names} is kept but suspended until it is "
-                "deleted by hand or with the PostgreSQLCluster",
-            ),
-        )
-    name = cronjob_name(cluster)
-    kept = [preserve(obj) for _, obj in sorted(observed.items())]
-    if cronjobs is None:
-        return BackupPlan(
-            kept,
-            status=_status(previous, jobs, uid, name),
-            condition=(
-                CONDITION,
-                "False",
-                "CronJobsNotDeclared",
-                "The CompositeController does not declare batch/v1 cronjobs as a child "
-                "resource; apply metacontroller/compositecontroller.yaml",
-            ),
-        )
-    if not uid:
-        return BackupPlan(
-            kept,
-            status=_status(previous, jobs, uid, name),
-            condition=(
-                CONDITION,
-                "False",
-                "NoParentUID",
-                "The request carries no parent UID to label the backup Jobs with",
-            ),
-        )
-    children = [desired_cronjob(spec, namespace, cluster, uid, observed.get(name))]
-    children += [preserve(obj) for n, obj in sorted(observed.items()) if n != name]
-    message = (
-        f'CronJob {name} runs "{backup.schedule}": pg_basebackup from Service '
-        f"{spec.service_name} into PVC {backup.pvc_name}, keeping the newest {backup.keep} "
-        "verified backups"
-    )
-    return BackupPlan(
-        children,
-        status=_status(previous, jobs, uid, name),
-        condition=(CONDITION, "True", "Scheduled", message),
-    )
-
-
-def _suspended(cronjob: dict[str, Any]) -> dict[str, Any]:
-    spec = cronjob.get("spec")
-    if not isinstance(spec, dict):
-        spec = cronjob["spec"] = {}
-    spec["suspend"] = True
-    return cronjob
-
-
-# ------------------------------------------------------------------------- status
-
-
-def _status(
-    previous: Mapping[str, Any] | None,
-    jobs: Mapping[str, Mapping[str, Any]] | None,
-    uid: str | None,
-    cronjob: str | None,
-) -> dict[str, Any] | None:
-    """``status.backup``: the newest success and failure, seen now or recorded before."""
-    old = previous if isinstance(previous, Mapping) else {}
-    success = _record(old.get("lastSuccessful"), ("job", "completionTime"))
-    failure = _record(old.get("lastFailed"), ("job", "failureTime"))
-    for name, job in sorted((jobs or {}).items()):
-        if not uid or _labels(job).get(BACKUP_OF_LABEL) != uid:
-            continue
-        finished = _finished(job)
-        if finished is None:
-            continue
-        kind, when, reason = finished
-        if kind == "Complete":
-            candidate = {"job": name, "completionTime": when}
-            if success is None or _newer(candidate["completionTime"], name, success):
-                success = candidate
-        else:
-            candidate = {"job": name, "failureTime": when, "reason": reason}
-            if failure is None or _newer(candidate["failureTime"], name, failure):
-                failure = candidate
-    status: dict[str, Any] = {}
-    if cronjob is not None:
-        status["cronJob"] = cronjob
-    elif isinstance(old.get("cronJob"), str):
-        status["cronJob"] = old["cronJob"]
-    if success is not None:
-        status["lastSuccessful"] = success
-    if failure is not None:
-        status["lastFailed"] = failure
-    return status or None
-
-
-def _finished(job: Mapping[str, Any]) -> tuple[str, str, str] | None:
-    """``("Complete"|"Failed", time, reason)`` for a finished Job, else ``None``."""
-    status = job.get("status")
-    if not isinstance(status, Mapping):
-        return None
-    conditions = status.get("conditions")
-    for condition in conditions if isinstance(conditions, list) else []:
-        if not isinstance(condition, Mapping) or condition.get("status") != "True":
-            continue
-        kind = condition.get("type")
-        if kind not in ("Complete", "Failed"):
-            continue
-        when = status.get("completionTime") if kind == "Complete" else None
-        when = when if _is_time(when) else condition.get("lastTransitionTime")
-        if not _is_time(when):
-            continue
-        reason = condition.get("reason")
-        assert isinstance(when, str)
-        return str(kind), when, reason if isinstance(reason, str) and reason else str(kind)
-    return None
-
-
-def _record(value: object, keys: tuple[str, str]) -> dict[str, Any] | None:
-    if not isinstance(value, Mapping):
-        return None
-    if not isinstance(value.get(keys[0]), str) or not _is_time(value.get(keys[1])):
-        return None
-    return {k: v for k, v in value.items() if isinstance(v, str)}
-
-
-def _newer(when: str, job: str, than: Mapping[str, Any]) -> bool:
-    old_when = next(v for k, v in than.items() if k.endswith("Time"))
-    return (_parse(when), job) > (_parse(old_when), str(than.get("job", "")))
-
-
-def _is_time(value: object) -> bool:
-    return isinstance(value, str) and _parse(value) is not None
-
-
-def _parse(value: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    metadata = obj.get("metadata")
-    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
-    return labels if isinstance(labels, Mapping) else {}
 
 
 # ---------------------------------------------------------------------- quantities
