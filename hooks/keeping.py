@@ -165,7 +165,11 @@ def last_applied(observed: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def minimal_copy(observed: Mapping[str, Any]) -> dict[str, Any]:
-    """Without a last-applied record: the observed object minus server-owned fields."""
+    """Without a last-applied record: the observed object minus server-owned metadata.
+
+    A Service's spec loses the fields the API server allocates in :func:`preserved`, the
+    only caller, which does that for every Service whichever record it was rebuilt from.
+    """
     result = {k: copy.deepcopy(v) for k, v in observed.items() if k != "status"}
     metadata = {
         # ObjectMeta without the server's fields holds flat string maps: copy = deepcopy.
@@ -180,8 +184,6 @@ def minimal_copy(observed: Mapping[str, Any]) -> dict[str, Any]:
         if not annotations:
             metadata.pop("annotations")
     result["metadata"] = metadata
-    if observed.get("kind") == "Service" and isinstance(result.get("spec"), dict):
-        result["spec"] = _without_server_fields(result["spec"])
     return result
 
 
