@@ -1167,6 +1167,16 @@ def test_a_routed_reply_says_the_spec_is_valid() -> None:
     )
 
 
+def test_when_every_member_answers_the_members_condition_counts_them() -> None:
+    _, outcome = run(sync_body(services=[make_service(pod=P0)]), healthy(P0))
+    members = condition(outcome.body, "MembersReachable")
+    assert (members["status"], members["reason"], members["message"]) == (
+        "True",
+        "AllMembersAnswered",
+        "All 3 member(s) answered as Patroni",
+    )
+
+
 def test_without_pods_the_members_condition_is_unknown() -> None:
     _, outcome = run(sync_body(services=[make_service(pod=P0)], pods=[]), {})
     members = condition(outcome.body, "MembersReachable")
