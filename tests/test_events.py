@@ -7,6 +7,7 @@ so the wire format (path, JSON body) is the client's own, not a mock's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -200,3 +201,27 @@ def test_a_full_queue_drops_events_instead_of_blocking(api_server: FakeEventsApi
     api_server.release.set()
     emitter.close()
     assert len(api_server.paths) <= 2
+
+
+def test_a_no_leader_transition_gives_this_warning_event_field_by_field() -> None:
+    """Golden: the name is stable for the transition (two replicas create it once)."""
+    request = load_sync_request(fixture("sync-no-leader-during-failover.json"))
+    event = event_for(request, reconcile(request, {}, now=NOW, timing=ResyncTiming()))
+    assert event is not None
+    assert dataclasses.asdict(event) == {
+        "name": "pg-orders.21aa2f11eb5fd7e8",
+        "namespace": "databases",
+        "type": "Warning",
+        "reason": "NoLeader",
+        "action": "KeepRouting",
+        "note": "No member answers 200 on /primary (0 of 3 answered; unreachable: pg-orders-0: "
+        "no pod IP; pg-orders-1: no pod IP; pg-orders-2: no pod IP); keeping Service "
+        "pg-orders-primary on pg-orders-0",
+        "regarding": {
+            "apiVersion": "adg.io/v1alpha1",
+            "kind": "PostgreSQLCluster",
+            "name": "pg-orders",
+            "namespace": "databases",
+            "uid": "6f1d8c3e-2b7a-4e59-9c0d-3a5b7e91f2c4",
+        },
+    }
