@@ -30,6 +30,7 @@ from typing import Any
 
 from hooks.parts import child_resources
 from hooks.plugin.kube import GROUP, PLURAL
+from hooks.plugin.report import as_mapping
 
 #: Values Go's strconv.ParseBool reads as true (Metacontroller's flags are Go flags).
 _GO_TRUE = ("1", "t", "T", "true", "TRUE", "True")
@@ -63,9 +64,9 @@ def routing(
     then adds its own failed check saying why).
     """
     name = _name(cluster)
-    spec = _map(cluster.get("spec"))
-    status = _map(cluster.get("status"))
-    service_name = _map(spec.get("serviceRef")).get("name") or "?"
+    spec = as_mapping(cluster.get("spec"))
+    status = as_mapping(cluster.get("status"))
+    service_name = as_mapping(spec.get("serviceRef")).get("name") or "?"
     primary = status.get("primary")
     ready = next(
         (
@@ -96,18 +97,18 @@ def routing(
     if service is None:
         checks.append(Check(subject, False, "the primary Service does not exist"))
         return checks
-    selector = _map(_map(service.get("spec")).get("selector"))
+    selector = as_mapping(as_mapping(service.get("spec")).get("selector"))
     if not selector:
         checks.append(Check(subject, False, "the Service has no selector: it selects no pod"))
         return checks
     pod_ip: str | None = None
     selects_primary = False
     if selected is not None:
-        names = sorted(str(_map(p.get("metadata")).get("name")) for p in selected)
+        names = sorted(str(as_mapping(p.get("metadata")).get("name")) for p in selected)
         if names == [primary]:
             checks.append(Check(subject, True, f"selects exactly {primary}, the primary"))
             selects_primary = True
-            pod_ip = _map(selected[0].get("status")).get("podIP") or None
+            pod_ip = as_mapping(selected[0].get("status")).get("podIP") or None
         elif not names:
             checks.append(
                 Check(subject, False, f"selects no pod; the status names {primary} as primary")
@@ -184,7 +185,9 @@ def controller(
         if not fields:
             needed.append(("", kind.api_version, kind.resource))
             continue
-        users = [_name(c) for c in clusters if any(_map(c.get("spec")).get(f) for f in fields)]
+        users = [
+            _name(c) for c in clusters if any(as_mapping(c.get("spec")).get(f) for f in fields)
+        ]
         if users:
             why = f"spec.{' or spec.'.join(fields)} of {', '.join(users)}"
             needed.append((why, kind.api_version, kind.resource))
@@ -193,7 +196,7 @@ def controller(
         subject = f"CompositeController {_name(cc)}"
         children = {
             (str(child.get("apiVersion")), str(child.get("resource"))): child
-            for child in _map(cc.get("spec")).get("childResources") or []
+            for child in as_mapping(cc.get("spec")).get("childResources") or []
             if isinstance(child, dict)
         }
         for why, api_version, resource in needed:
@@ -204,7 +207,7 @@ def controller(
                     Check(subject, False, f"does not declare child {api_version} {resource}{need}")
                 )
                 continue
-            method = _map(child.get("updateStrategy")).get("method") or "OnDelete"
+            method = as_mapping(child.get("updateStrategy")).get("method") or "OnDelete"
             if method != "InPlace":
                 checks.append(
                     Check(
@@ -225,8 +228,8 @@ def token_refs(controllers: Iterable[Mapping[str, Any]]) -> list[tuple[str, str,
     """The (namespace, name, key) of every Secret an ``endpointConfigs`` entry names."""
     refs: list[tuple[str, str, str]] = []
     for cc in controllers:
-        for entry in _map(cc.get("spec")).get("endpointConfigs") or []:
-            ref = _map(_map(_map(entry).get("authorization")).get("secretRef"))
+        for entry in as_mapping(cc.get("spec")).get("endpointConfigs") or []:
+            ref = as_mapping(as_mapping(as_mapping(entry).get("authorization")).get("secretRef"))
             if ref.get("name"):
                 item = (str(ref.get("namespace") or ""), str(ref["name"]), str(ref.get("key")))
                 if item not in refs:
@@ -250,7 +253,7 @@ def token(ref: tuple[str, str, str], secret: Mapping[str, Any] | None) -> Check:
     subject = f"Secret {namespace}/{name}"
     if secret is None:
         return Check(subject, False, "does not exist: Metacontroller has no token to send")
-    raw = _map(secret.get("data")).get(key)
+    raw = as_mapping(secret.get("data")).get(key)
     if raw is None:
         return Check(subject, False, f"has no key {key!r}: Metacontroller has no token to send")
     try:
@@ -281,7 +284,7 @@ def leader_election(workloads: Sequence[Mapping[str, Any]], namespace: str) -> l
     checks = []
     for w in found:
         subject = f"Metacontroller {w.get('kind', 'workload')} {_name(w)}"
-        replicas = _map(w.get("spec")).get("replicas", 1)
+        replicas = as_mapping(w.get("spec")).get("replicas", 1)
         if _leader_election_on(w):
             checks.append(
                 Check(subject, True, f"runs with --leader-election ({replicas} replica(s))")
@@ -299,7 +302,7 @@ def leader_election(workloads: Sequence[Mapping[str, Any]], namespace: str) -> l
 
 
 def _containers(workload: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    pod_spec = _map(_map(_map(workload.get("spec")).get("template")).get("spec"))
+    pod_spec = as_mapping(as_mapping(as_mapping(workload.get("spec")).get("template")).get("spec"))
     return [c for c in pod_spec.get("containers") or [] if isinstance(c, dict)]
 
 
@@ -321,15 +324,11 @@ def _leader_election_on(workload: Mapping[str, Any]) -> bool:
 
 
 def _parent_is_ours(cc: Mapping[str, Any]) -> bool:
-    parent = _map(_map(cc.get("spec")).get("parentResource"))
+    parent = as_mapping(as_mapping(cc.get("spec")).get("parentResource"))
     return parent.get("apiVersion") == f"{GROUP}/v1alpha1" and parent.get("resource") == PLURAL
 
 
 def _name(obj: Mapping[str, Any]) -> str:
-    meta = _map(obj.get("metadata"))
+    meta = as_mapping(obj.get("metadata"))
     namespace = meta.get("namespace")
     return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}

@@ -43,12 +43,12 @@ def build(
     could not be had; the lag of each replica is then measured as the hook measures it: the
     leader's WAL location minus the replica's replayed location, from the same round.
     """
-    meta = _map(cluster.get("metadata"))
-    spec = _map(cluster.get("spec"))
-    status = _map(cluster.get("status"))
+    meta = as_mapping(cluster.get("metadata"))
+    spec = as_mapping(cluster.get("spec"))
+    status = as_mapping(cluster.get("status"))
     conditions = [_condition(c) for c in _list(status.get("conditions")) if isinstance(c, dict)]
     by_type = {c["type"]: c for c in conditions}
-    pods_by_name = {str(_map(p.get("metadata")).get("name")): p for p in pods or ()}
+    pods_by_name = {str(as_mapping(p.get("metadata")).get("name")): p for p in pods or ()}
     primary = _str(status.get("primary"))
     read_only = _read_only(spec, status, by_type, pods_by_name)
     within = _within_limit(read_only, by_type)
@@ -76,7 +76,7 @@ def build(
     return {
         "namespace": _str(meta.get("namespace")),
         "name": _str(meta.get("name")),
-        "service": _str(_map(spec.get("serviceRef")).get("name")),
+        "service": _str(as_mapping(spec.get("serviceRef")).get("name")),
         "primary": primary,
         "timeline": status.get("timeline") if isinstance(status.get("timeline"), int) else None,
         "ready": by_type.get("Ready"),
@@ -179,8 +179,8 @@ def _within_limit(
 def _pod(pod: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if pod is None:
         return None
-    meta = _map(pod.get("metadata"))
-    status = _map(pod.get("status"))
+    meta = as_mapping(pod.get("metadata"))
+    status = as_mapping(pod.get("status"))
     ready = any(
         isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
         for c in _list(status.get("conditions"))
@@ -189,7 +189,7 @@ def _pod(pod: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "phase": _str(status.get("phase")),
         "ready": ready,
         "ip": _str(status.get("podIP")),
-        "node": _str(_map(pod.get("spec")).get("nodeName")),
+        "node": _str(as_mapping(pod.get("spec")).get("nodeName")),
         "terminating": meta.get("deletionTimestamp") is not None,
     }
 
@@ -210,7 +210,7 @@ def _read_only(
     by_type: Mapping[str, Mapping[str, Any]],
     pods: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, Any] | None:
-    wanted = _map(spec.get("replicaService"))
+    wanted = as_mapping(spec.get("replicaService"))
     name = _str(status.get("replicaService")) or _str(wanted.get("name"))
     if name is None:
         return None
@@ -230,12 +230,12 @@ def _read_only(
 
 
 def _backup(spec: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any] | None:
-    wanted = _map(spec.get("backup"))
-    seen = _map(status.get("backup"))
+    wanted = as_mapping(spec.get("backup"))
+    seen = as_mapping(status.get("backup"))
     if not wanted and not seen:
         return None
-    ok = _map(seen.get("lastSuccessful"))
-    failed = _map(seen.get("lastFailed"))
+    ok = as_mapping(seen.get("lastSuccessful"))
+    failed = as_mapping(seen.get("lastFailed"))
     return {
         "cronJob": _str(seen.get("cronJob")),
         "schedule": _str(wanted.get("schedule")),
@@ -283,7 +283,8 @@ def _members_note(
 # ------------------------------------------------------------------ small helpers
 
 
-def _map(value: Any) -> Mapping[str, Any]:
+def as_mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` when it is a JSON object, else ``{}`` (the API's objects are free-form)."""
     return value if isinstance(value, dict) else {}
 
 
