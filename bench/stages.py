@@ -77,13 +77,7 @@ def create_app() -> Flask:
 
     settings = HookSettings.from_env()
     configure(settings.log_format, settings.log_level)
-    prober = PatroniProber(
-        deadline=settings.probe_deadline,
-        max_body_bytes=settings.max_probe_body_bytes,
-        threads=settings.probe_threads,
-        policy=settings.probe_policy,
-        tls=settings.patroni_tls,
-    )
+    prober = PatroniProber.from_settings(settings)
     prober.probe = _timed("probe round (request thread)", prober.probe)  # type: ignore[method-assign]
     prober.probe_one = _timed("probes (their pool threads)", prober.probe_one)  # type: ignore[method-assign]
     for (module_name, name), label in STAGES.items():

@@ -152,13 +152,7 @@ def side_by_side(
 def probe_round(hosts: Sequence[str], port: int, names: Sequence[str]) -> Callable[[], float]:
     """The hook's own probe round (hooks.patroni, in this process: no HTTP front)."""
     settings = HookSettings.from_env(RIG_ENV)
-    prober = PatroniProber(
-        deadline=settings.probe_deadline,
-        max_body_bytes=settings.max_probe_body_bytes,
-        threads=settings.probe_threads,
-        policy=settings.probe_policy,
-        tls=settings.patroni_tls,
-    )
+    prober = PatroniProber.from_settings(settings)
     targets = [
         ProbeTarget(
             pod=name, url=f"http://{host}:{port}/primary", connect_timeout=0.5, read_timeout=1.0

@@ -67,13 +67,7 @@ def create_app(
         configure_logging(settings.log_format, settings.log_level)
     if events is None and settings.emit_events:
         events = EventEmitter(in_cluster_events_api, instance=settings.instance, clock=clock)
-    prober = prober or PatroniProber(
-        deadline=settings.probe_deadline,
-        max_body_bytes=settings.max_probe_body_bytes,
-        threads=settings.probe_threads,
-        policy=settings.probe_policy,
-        tls=settings.patroni_tls,
-    )
+    prober = prober or PatroniProber.from_settings(settings)
     authenticator = None if settings.auth.mode == "none" else Authenticator(settings.auth)
     if authenticator is None:
         log.warning("caller authentication is OFF (PGFH_AUTH=none): for development only")

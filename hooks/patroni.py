@@ -36,18 +36,15 @@ from typing import Protocol
 
 import urllib3
 from urllib3.exceptions import (
-    ConnectTimeoutError,
-    NewConnectionError,
     ProtocolError,
-    ReadTimeoutError,
 )
 from urllib3.util import Url
-from urllib3.util.ssl_match_hostname import CertificateError
 
 from hooks.config import HookSettings, PatroniTLS
 from hooks.members import MemberStatus, ProbeTarget
 from hooks.model import LEADER_PATHS, field_default
 from hooks.policy import ProbePolicy
+from hooks.probe_failures import describe_failure
 
 _CHUNK = 8192
 _TIMEOUTS = frozenset({"connect timeout", "read timeout"})
@@ -119,6 +116,17 @@ class PatroniProber:
         #: (fork generation, thread pool, connection pools) of the process using them.
         self._state: tuple[int, ThreadPoolExecutor, urllib3.PoolManager] | None = None
         self._checked: dict[str, tuple[str | None, Url | None]] = {}
+
+    @classmethod
+    def from_settings(cls, settings: HookSettings) -> PatroniProber:
+        """The prober the hook runs with these settings (the app and the benchmarks)."""
+        return cls(
+            deadline=settings.probe_deadline,
+            max_body_bytes=settings.max_probe_body_bytes,
+            threads=settings.probe_threads,
+            policy=settings.probe_policy,
+            tls=settings.patroni_tls,
+        )
 
     # The thread pool and the connection pools are created on first use in the process
     # that uses them: gunicorn forks workers, and threads do not survive a fork (nor
@@ -197,7 +205,9 @@ class PatroniProber:
         try:
             return self._probe_one(target, url, ends_at)
         except Exception as error:
-            reason = error.reason if isinstance(error, _Failure) else _describe(error, target)
+            reason = (
+                error.reason if isinstance(error, _Failure) else describe_failure(error, target)
+            )
             if reason in _TIMEOUTS and time.monotonic() >= ends_at:
                 # The timeout was cut to what was left of the round: say what probe()
                 # says about the same member, or the reason would depend on which
@@ -256,7 +266,7 @@ class PatroniProber:
                     if time.monotonic() > ends_at:
                         return MemberStatus.unknown(target.pod, self._late)
             except ProtocolError as error:
-                raise _Failure(_describe(error, target, in_body=True)) from error
+                raise _Failure(describe_failure(error, target, in_body=True)) from error
         finally:
             # One request per connection (Patroni closes it anyway): never a half-read
             # or server-closed connection left for the next probe.
@@ -277,48 +287,6 @@ class PatroniProber:
             health_path=target.health_path,
             leader_roles=target.leader_roles,
         )
-
-
-#: OpenSSL verification codes (X509_V_ERR_*) that mean "not signed by a CA we trust".
-_UNTRUSTED = frozenset({2, 18, 19, 20, 21})
-#: OpenSSL alerts and errors that mean the member refused our client certificate.
-_CLIENT_CERT_REFUSED = frozenset(
-    {
-        "TLSV13_ALERT_CERTIFICATE_REQUIRED",
-        "SSLV3_ALERT_BAD_CERTIFICATE",
-        "SSLV3_ALERT_HANDSHAKE_FAILURE",
-        "TLSV1_ALERT_UNKNOWN_CA",
-        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
-        "TLSV1_ALERT_ACCESS_DENIED",
-    }
-)
-
-
-def _tls_reason(error: ssl.SSLError, server_name: str | None) -> str:
-    """A stable reason for a TLS failure, saying which side to fix."""
-    if isinstance(error, ssl.SSLCertVerificationError):
-        code = getattr(error, "verify_code", None)
-        if code in _UNTRUSTED:
-            return "TLS: certificate not signed by a trusted CA (PGFH_PATRONI_CA_FILE)"
-        if code == 10:
-            return "TLS: certificate expired"
-        if code in (62, 64):
-            return _name_mismatch(server_name)
-        return f"TLS: certificate rejected (code {code})"
-    reason = getattr(error, "reason", None) or type(error).__name__
-    # A member that refuses our certificate (or wants one) either sends an alert or just
-    # closes the connection, whichever its TLS stack gets to first: one reason for both,
-    # or the status would flip between two messages from sync to sync.
-    if reason in _CLIENT_CERT_REFUSED or isinstance(error, ssl.SSLEOFError):
-        return "TLS: the member ended the handshake (client certificate refused or missing?)"
-    if reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG"):
-        return "TLS: the member does not speak TLS on this port"
-    return f"TLS handshake failed ({reason})"
-
-
-def _name_mismatch(server_name: str | None) -> str:
-    names = f"serverName {server_name}" if server_name else "the pod IP"
-    return f"TLS: certificate does not name {names}"
 
 
 def target_problem(url: str, policy: ProbePolicy | None) -> str | None:
@@ -365,40 +333,3 @@ def _checked(url: str, policy: ProbePolicy | None) -> tuple[str | None, Url | No
         if address is not None:
             return address, None
     return None, parsed
-
-
-def _describe(error: BaseException, target: ProbeTarget, *, in_body: bool = False) -> str:
-    """A short reason that is the same every time the same failure happens.
-
-    urllib3's messages embed object addresses (``<HTTPConnection object at 0x7f…>``),
-    which would make every status write differ; walk the cause chain instead.
-    """
-    if isinstance(error, ConnectTimeoutError) and not isinstance(error, NewConnectionError):
-        return "connect timeout"
-    if isinstance(error, ReadTimeoutError):
-        return "read timeout"
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, ssl.SSLError):
-            return _tls_reason(current, target.server_name)
-        if isinstance(current, CertificateError):  # urllib3's own name check (serverName)
-            return _name_mismatch(target.server_name)
-        if isinstance(current, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(current, ConnectionResetError):
-            return "connection reset"
-        if isinstance(current, TimeoutError):
-            return "read timeout"
-        for arg in getattr(current, "args", ()):
-            if isinstance(arg, BaseException) and id(arg) not in seen:
-                current = arg
-                break
-        else:
-            current = current.__cause__ or current.__context__
-    if in_body and isinstance(error, ProtocolError):
-        return "connection broken mid-body"
-    if isinstance(error, ProtocolError | NewConnectionError | OSError):
-        return "connection failed"
-    return f"probe failed ({type(error).__name__})"

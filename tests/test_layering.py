@@ -43,6 +43,7 @@ SHELL = {
     "hooks.logs",
     "hooks.metrics",
     "hooks.patroni",
+    "hooks.probe_failures",
 }
 PLUGIN = "hooks.plugin"
 #: What the pure core must never reach, whatever else the contract adds.
