@@ -60,16 +60,30 @@ def configured_modules(pyproject: Path = Path("pyproject.toml")) -> list[str]:
     return list(config["only_mutate"])
 
 
+def mutant_filter(module: str) -> str:
+    """The ``mutmut run`` filter for one source file's mutants.
+
+    A package's ``__init__.py`` has its mutants named after the package
+    (``hooks.parts.x_related_rules__mutmut_1``), so ``hooks.parts.__init__.*`` would match
+    nothing; ``x*`` (functions ``x_``, methods ``xǁ``) keeps it off the submodules.
+    """
+    dotted = module.removesuffix(".py").replace("/", ".")
+    if dotted.endswith(".__init__"):
+        return f"{dotted.removesuffix('.__init__')}.x*"
+    return f"{dotted}.*"
+
+
 def run(module: str, max_children: int) -> float:
     """``mutmut run`` over one module's mutants; the seconds it took. Raises if it failed."""
     dotted = module.removesuffix(".py").replace("/", ".")
+    pattern = mutant_filter(module)
     MUTANTS.mkdir(exist_ok=True)
     log = MUTANTS / f"mutmut-{dotted}.log"
     started = time.monotonic()
     with log.open("w", encoding="utf-8") as out:
         mutmut = str(Path(sys.executable).parent / "mutmut")
         done = subprocess.run(
-            [mutmut, "run", "--max-children", str(max_children), f"{dotted}.*"],
+            [mutmut, "run", "--max-children", str(max_children), pattern],
             stdout=out,
             stderr=subprocess.STDOUT,
             check=False,

@@ -319,6 +319,8 @@ def test_after_backup_is_removed_the_cronjob_is_kept_but_suspended() -> None:
         "spec.backup is not set; CronJob pg-orders-backup is kept but suspended until it is "
         "deleted by hand or with the PostgreSQLCluster"
     )
+    # Nothing recorded and no Job seen: no ``status.backup`` at all (not ``backup: null``).
+    assert "backup" not in outcome.body["status"]
 
 
 def test_after_backup_is_removed_the_status_still_follows_the_jobs() -> None:

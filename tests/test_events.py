@@ -7,7 +7,9 @@ so the wire format (path, JSON body) is the client's own, not a mock's.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import hashlib
 import json
 import threading
 import time
@@ -23,8 +25,9 @@ from hooks.cluster_event import event_for
 from hooks.config import HookSettings
 from hooks.envelope import load_sync_request
 from hooks.events import EventEmitter
-from hooks.model import ResyncTiming
-from hooks.sync import reconcile
+from hooks.model import ResyncTiming, SyncRequest
+from hooks.routing import Decision
+from hooks.sync import SyncOutcome, reconcile
 from tests.helpers import NO_AUTH, NOW, FakeProber, fixture, leader, replica
 
 
@@ -225,3 +228,138 @@ def test_a_no_leader_transition_gives_this_warning_event_field_by_field() -> Non
             "uid": "6f1d8c3e-2b7a-4e59-9c0d-3a5b7e91f2c4",
         },
     }
+
+
+# ----------------------------------------------- event_for, field by field (pure)
+
+
+def _no_leader() -> tuple[SyncRequest, SyncOutcome]:
+    request = load_sync_request(fixture("sync-no-leader-during-failover.json"))
+    return request, reconcile(request, {}, now=NOW, timing=ResyncTiming())
+
+
+def _failover() -> tuple[SyncRequest, SyncOutcome]:
+    request = load_sync_request(fixture("sync-service-selects-old-leader.json"))
+    return request, reconcile(request, failover_answers(), now=NOW, timing=ResyncTiming())
+
+
+def test_a_primary_change_gives_this_normal_event_field_by_field() -> None:
+    request, outcome = _failover()
+    event = event_for(request, outcome)
+    assert event is not None
+    fields = dataclasses.asdict(event)
+    assert fields["type"] == "Normal"
+    assert fields["reason"] == "PrimaryChanged"
+    assert fields["action"] == "RoutePrimary"
+    assert fields["note"] == (
+        f"Service pg-orders-primary moved from pg-orders-0 to pg-orders-1: {outcome.message}"
+    )
+    assert fields["name"].startswith("pg-orders.") and len(fields["name"]) == len("pg-orders.") + 16
+
+
+def test_a_first_primary_is_said_to_move_from_none() -> None:
+    request, outcome = _failover()
+    event = event_for(request, dataclasses.replace(outcome, previous_primary=None))
+    assert event is not None
+    assert event.note.startswith("Service pg-orders-primary moved from (none) to pg-orders-1: ")
+
+
+def test_a_primary_change_without_a_valid_spec_names_no_service() -> None:
+    """The pure function's contract: no spec, no Service name to quote (a '?' instead)."""
+    request, outcome = _failover()
+    event = event_for(dataclasses.replace(request, spec=None), outcome)
+    assert event is not None
+    assert event.note.startswith("Service ? moved from pg-orders-0 to pg-orders-1: ")
+
+
+def test_a_transition_back_to_routing_on_the_same_primary_gives_no_event() -> None:
+    """NoLeader → LeaderFound on the pod the Service already selects: nothing moved."""
+    _, outcome = _failover()
+    request, _ = _no_leader()
+    same = dataclasses.replace(
+        outcome, previous_primary="pg-orders-1", primary="pg-orders-1", previous_reason="NoLeader"
+    )
+    assert same.transition and not same.primary_changed
+    assert event_for(request, same) is None
+
+
+def test_an_invalid_spec_transition_gives_a_warning_event() -> None:
+    request, outcome = _no_leader()
+    invalid = dataclasses.replace(outcome, decision=Decision.INVALID_SPEC, message="bad spec")
+    event = event_for(request, invalid)
+    assert event is not None
+    assert (event.type, event.reason, event.action, event.note) == (
+        "Warning",
+        "InvalidSpec",
+        "KeepRouting",
+        "bad spec",
+    )
+
+
+def test_a_parent_without_metadata_kind_or_api_version_gets_the_defaults() -> None:
+    request, outcome = _no_leader()
+    bare = dataclasses.replace(request, parent={})
+    event = event_for(bare, outcome)
+    assert event is not None
+    assert event.regarding == {
+        "apiVersion": "adg.io/v1alpha1",
+        "kind": "PostgreSQLCluster",
+        "name": "pg-orders",
+        "namespace": "databases",
+        "uid": "",
+    }
+    # No status either: the name's digest is of an empty uid and an empty previous time.
+    key = "|".join(["", "NoLeader", str(outcome.primary), ""])
+    assert event.name == f"pg-orders.{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def test_a_parent_without_a_uid_is_named_from_an_empty_uid() -> None:
+    request, outcome = _no_leader()
+    parent = copy.deepcopy(dict(request.parent))
+    del parent["metadata"]["uid"]
+    parent.pop("status", None)
+    event = event_for(dataclasses.replace(request, parent=parent), outcome)
+    assert event is not None
+    assert event.regarding["uid"] == ""
+    key = "|".join(["", "NoLeader", str(outcome.primary), ""])
+    assert event.name == f"pg-orders.{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def test_the_regarding_reference_is_the_parents_own_kind_and_api_version() -> None:
+    request, outcome = _no_leader()
+    parent = copy.deepcopy(dict(request.parent))
+    parent["apiVersion"] = "adg.io/v1beta1"
+    parent["kind"] = "OtherCluster"
+    event = event_for(dataclasses.replace(request, parent=parent), outcome)
+    assert event is not None
+    assert event.regarding["apiVersion"] == "adg.io/v1beta1"
+    assert event.regarding["kind"] == "OtherCluster"
+
+
+def test_the_name_depends_on_the_previous_ready_transition_time() -> None:
+    """Two failovers at different times are two Events, not one refused with 409."""
+    body = fixture("sync-no-leader-during-failover.json")
+    names = set()
+    for stamp in ("2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z"):
+        body["parent"]["status"]["conditions"] = [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "LeaderFound",
+                "lastTransitionTime": stamp,
+            }
+        ]
+        request = load_sync_request(body)
+        event = event_for(request, reconcile(request, {}, now=NOW, timing=ResyncTiming()))
+        assert event is not None
+        names.add(event.name)
+    assert len(names) == 2
+
+
+def test_a_long_name_and_note_are_cut_to_the_api_servers_limits() -> None:
+    request, outcome = _no_leader()
+    long_request = dataclasses.replace(request, name="n" * 300)
+    event = event_for(long_request, dataclasses.replace(outcome, message="m" * 2000))
+    assert event is not None
+    assert event.name == "n" * 200 + "." + event.name.rsplit(".", 1)[1]
+    assert len(event.note) == 1000

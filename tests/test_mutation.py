@@ -95,3 +95,18 @@ def test_a_module_under_the_threshold_fails_the_target(
     assert mutation_score.main(["hooks/a.py", "hooks/b.py", "--fail-under", "95"]) == 1
     assert "below 95 %: hooks/b.py" in capsys.readouterr().err
     assert mutation_score.main(["hooks/c.py"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("module", "pattern"),
+    [
+        ("hooks/policy.py", "hooks.policy.*"),
+        ("hooks/parts/backup.py", "hooks.parts.backup.*"),
+        ("hooks/parts/__init__.py", "hooks.parts.x*"),
+    ],
+)
+def test_each_module_is_run_with_the_filter_its_mutant_names_match(
+    module: str, pattern: str
+) -> None:
+    """A package's __init__.py: mutmut names its mutants after the package."""
+    assert mutation_score.mutant_filter(module) == pattern

@@ -860,6 +860,28 @@ def test_each_address_family_has_its_own_slice_and_a_slice_is_never_dropped() ->
     assert slices[f"{READ_ONLY}-ipv6"]["endpoints"] is None
 
 
+def test_with_nobody_listed_the_observed_slice_s_family_is_kept_and_no_other_is_made() -> None:
+    """The pods moved to IPv6 and no replica is listable: the IPv4 slice stays (emptied);
+    the leader's family does not add an IPv6 slice, as it would for a Service with none."""
+    pods = [make_pod(n, ip=f"fd00::{i + 1}") for i, n in enumerate((P0, P1, P2))]
+    body = request_body(pods=pods, slices=[listed_slice([P1])])
+    _, outcome = run(body, routed(pg_orders_1=down(P1), pg_orders_2=down(P2)))
+    slices = children_of(outcome, "EndpointSlice")
+    assert list(slices) == [SLICE]
+    assert slices[SLICE]["endpoints"] is None
+
+
+def test_with_nobody_listed_an_observed_ipv6_slice_is_kept_and_no_ipv4_one_is_made() -> None:
+    pods = [make_pod(n, ip=f"fd00::{i + 1}") for i, n in enumerate((P0, P1, P2))]
+    _, first = run(request_body(pods=pods), routed())
+    observed_slices = observed(*children_of(first, "EndpointSlice").values())
+    body = request_body(slices=observed_slices)  # the pods are back on IPv4
+    _, outcome = run(body, routed(pg_orders_1=down(P1), pg_orders_2=down(P2)))
+    slices = children_of(outcome, "EndpointSlice")
+    assert list(slices) == [f"{READ_ONLY}-ipv6"]
+    assert slices[f"{READ_ONLY}-ipv6"]["endpoints"] is None
+
+
 def test_another_slice_of_the_read_only_service_is_emptied_not_dropped() -> None:
     extra = listed_slice([P1])
     extra["metadata"]["name"] = f"{READ_ONLY}-old"

@@ -2104,3 +2104,13 @@ def test_a_short_period_never_goes_below_the_degraded_resync() -> None:
             sync_body(services=[make_service(pod=P0)]), healthy(P0), now=at, timing=timing
         )
         assert 0.4 <= outcome.body["resyncAfterSeconds"] < 0.75
+
+
+def test_a_parent_without_a_generation_reports_no_observed_generation() -> None:
+    """``metadata.generation`` is optional in the envelope: no ``observedGeneration: null``."""
+    body = sync_body()
+    del body["parent"]["metadata"]["generation"]
+    _, outcome = run(body, healthy(P1, timeline=4))
+    assert outcome.decision is Decision.ROUTED
+    assert "observedGeneration" not in outcome.body["status"]
+    assert all("observedGeneration" not in c for c in outcome.body["status"]["conditions"])
