@@ -168,17 +168,20 @@ def test_the_event_driven_resync_is_the_spec_s() -> None:
     assert outcome.body["resyncAfterSeconds"] == spread(45.0, NOW)
 
 
+def _led_by(
+    leader: str, *, label: str, role: str
+) -> tuple[list[dict[str, Any]], dict[str, MemberStatus]]:
+    """Pods P0-P2 labelled and annotated by Patroni, ``leader`` answering with ``role``."""
+    others = [p for p in (P0, P1, P2) if p != leader]
+    pods = [member_pod(leader, label, annotation(role))]
+    pods += [member_pod(p, "replica", annotation("replica")) for p in others]
+    answers = {leader: MemberStatus.from_api_response(leader, 200, patroni_body(role, name=leader))}
+    answers.update({p: replica(p) for p in others})
+    return pods, answers
+
+
 def test_patroni_3_labels_master_and_its_annotation_says_master() -> None:
-    pods = [
-        member_pod(P0, "master", annotation("master")),
-        member_pod(P1, "replica", annotation("replica")),
-        member_pod(P2, "replica", annotation("replica")),
-    ]
-    answers = {
-        P0: MemberStatus.from_api_response(P0, 200, patroni_body("master", name=P0)),
-        P1: replica(P1),
-        P2: replica(P2),
-    }
+    pods, answers = _led_by(P0, label="master", role="master")
     outcome = run(pods, answers, spec=seed_spec(healthCheckPath="/master"))
     assert selected(outcome) == P0
     assert detection(outcome)[:3] == ("RoleLabel", "True", "RoleLabelsAgree")
@@ -193,16 +196,7 @@ def test_patroni_4_with_leader_label_value_master_is_event_driven_too() -> None:
 
 
 def test_a_standby_leader_is_labelled_with_the_leader_value() -> None:
-    pods = [
-        member_pod(P0, "primary", annotation("standby_leader")),
-        member_pod(P1, "replica", annotation("replica")),
-        member_pod(P2, "replica", annotation("replica")),
-    ]
-    answers = {
-        P0: MemberStatus.from_api_response(P0, 200, patroni_body("standby_leader", name=P0)),
-        P1: replica(P1),
-        P2: replica(P2),
-    }
+    pods, answers = _led_by(P0, label="primary", role="standby_leader")
     outcome = run(pods, answers, spec=seed_spec(healthCheckPath="/leader"))
     assert selected(outcome) == P0
     assert detection(outcome)[0] == "RoleLabel"
