@@ -78,8 +78,6 @@ class HookSettings:
     probe_deadline: float = 2.0
     #: Largest Patroni response body we read; Patroni's own answers are about 1 KiB.
     max_probe_body_bytes: int = 64 * 1024
-    #: Threads shared by all probes of one worker process.
-    probe_threads: int = 64
     #: Largest sync request accepted. Real ones are 20-30 KB; many pods make them larger.
     max_request_bytes: int = 4 * 1024 * 1024
     #: Deepest bracket nesting accepted in a request body. Real requests nest about 15
@@ -172,7 +170,6 @@ class HookSettings:
         return cls(
             probe_deadline=number("PGFH_PROBE_DEADLINE_SECONDS", default.probe_deadline),
             max_probe_body_bytes=count("PGFH_MAX_PROBE_BODY_BYTES", default.max_probe_body_bytes),
-            probe_threads=count("PGFH_PROBE_THREADS", default.probe_threads),
             max_request_bytes=count("PGFH_MAX_REQUEST_BYTES", default.max_request_bytes),
             max_json_depth=count("PGFH_MAX_JSON_DEPTH", default.max_json_depth),
             resync=ResyncTiming(

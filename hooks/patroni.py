@@ -10,34 +10,39 @@ end up in a status condition, and a message that changes on every sync would mak
 Metacontroller write the status again and again).
 
 Modelled on Patroni's own ``fetch_nodes_statuses`` (``patroni/ha.py``): fixed small
-timeouts, no retries (the next resync is the retry), a shared thread pool.
+timeouts, no retries (the next resync is the retry).
 
-The HTTP client is **urllib3** (the transport under requests), used as Patroni's own
-``patroni/request.py`` uses it: one ``PoolManager`` per process, ``retries=False``,
-``redirect=False``, ``preload_content=False`` with a bounded body read and a
-``urllib3.Timeout(connect, read, total)`` (a requests ``Session`` only added CPU: see
-bench/README.md). TLS: the CA bundle and client certificate of :class:`PatroniTLS` on every
-https pool, read per connection so a renewed Secret needs no restart, and
-``spec.patroni.tls.serverName`` as SNI and ``assert_hostname``.
+**Why not an HTTP client library.** Patroni's API server speaks HTTP/1.0 and closes every
+connection, so nothing can be pooled: a probe is connect, one small request, read until
+the answer is complete, close. The round is one non-blocking loop in the request's own
+thread: every member's socket is registered with one :func:`select.poll` and the loop
+advances whichever is ready (concurrent, not parallel: the waiting is what overlaps).
+Measured in a loaded hook pod (bench/README.md, "Hook CPU per healthy sync"), urllib3 in a
+shared thread pool cost about 3 ms of CPU per three-member round, most of it in thread
+hand-offs and GIL contention; this loop costs about a third of that. The status line and
+headers are read with a small strict parser (:mod:`http.client` parses headers with the
+e-mail parser, 0.1 ms per answer); anything it does not accept is "not Patroni".
+
+TLS: :mod:`ssl` on the same non-blocking socket, with the CA bundle and client certificate
+of :class:`PatroniTLS` loaded for every connection (a renewed Secret needs no restart), and
+``spec.patroni.tls.serverName`` as SNI and the name checked, else the pod IP.
 """
 
 from __future__ import annotations
 
-import contextvars
+import errno
 import ipaddress
 import json
-import os
+import re
+import select
+import socket
 import ssl
-import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import urllib3
-from urllib3.exceptions import (
-    ProtocolError,
-)
 from urllib3.util import Url
 
 from hooks.config import HookSettings, PatroniTLS
@@ -46,11 +51,17 @@ from hooks.model import LEADER_PATHS, field_default
 from hooks.policy import ProbePolicy
 from hooks.probe_failures import describe_failure
 
-_CHUNK = 8192
-_TIMEOUTS = frozenset({"connect timeout", "read timeout"})
-_HEADERS = {"Accept": "application/json", "User-Agent": "pg-failover-hook"}
+_CHUNK = 65536
 #: Most URL verdicts a prober remembers (a few per member of every cluster it probes).
 _CHECKED_URLS = 4096
+#: Longest status line plus headers accepted (Patroni's are ~200 bytes).
+_MAX_HEAD_BYTES = 16 * 1024
+_MAX_HEADERS = 100
+_STATUS_LINE = re.compile(rb"HTTP/1\.[01] ([1-9][0-9][0-9])(?: [^\r\n]*)?")
+_HEADER_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([^\r\n]*?)[ \t]*")
+_NONBLOCKING = getattr(socket, "SOCK_NONBLOCK", 0)
+_READ = select.POLLIN | select.POLLPRI
+_WRITE = select.POLLOUT
 
 
 class Prober(Protocol):
@@ -61,19 +72,6 @@ class Prober(Protocol):
         ...
 
 
-#: Forks of this process so far, as seen in the child (``os.register_at_fork``): pools
-#: made before a fork belong to the parent.
-_forks = 0
-
-
-def _forked() -> None:
-    global _forks
-    _forks += 1
-
-
-os.register_at_fork(after_in_child=_forked)
-
-
 class _Failure(Exception):
     """A probe that failed with a reason already worked out (internal)."""
 
@@ -82,14 +80,46 @@ class _Failure(Exception):
         self.reason = reason
 
 
+class _NotPatroni(Exception):
+    """An answer that arrived but is not Patroni's (internal)."""
+
+    def __init__(self, reason: str, status: int | None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+@dataclass(slots=True)
+class _Exchange:
+    """One member's probe while the round runs: its socket and how far it got."""
+
+    target: ProbeTarget
+    url: Url
+    sock: socket.socket | ssl.SSLSocket
+    request: bytes
+    #: When the current wait gives up: the connect (and TLS handshake) timeout, then the
+    #: read timeout after every byte received, never past the round's end.
+    gives_up_at: float
+    timeout_reason: str = "connect timeout"
+    connected: bool = False
+    handshaking: bool = False
+    sent: int = 0
+    received: bytearray = field(default_factory=bytearray)
+    #: Once the head is parsed: (status code, Content-Length or None, where the body starts).
+    head: tuple[int, int | None, int] | None = None
+    #: What the socket waits for next (poll events).
+    waits_for: int = _WRITE
+
+
 class PatroniProber:
-    """Concurrent, bounded probes with :mod:`urllib3`.
+    """Concurrent, bounded probes on non-blocking sockets, one poll loop per round.
 
     The defaults are :class:`~hooks.config.HookSettings`' (the operator's ``PGFH_*``).
+    The prober holds no connection and no thread: any number of request threads may
+    call :meth:`probe` at once, and a forked worker needs nothing rebuilt.
 
     :param deadline: the bound of one whole round, in seconds.
     :param max_body_bytes: the largest body read from a member (Patroni's is ~1 KiB).
-    :param threads: size of the process-wide pool shared by all concurrent syncs.
     :param policy: checked again for every target just before connecting (the targets
         were planned under it already: this is the second lock on the same door). Without
         one, only the shape of each target is checked.
@@ -103,18 +133,13 @@ class PatroniProber:
         *,
         deadline: float = field_default(HookSettings, "probe_deadline"),
         max_body_bytes: int = field_default(HookSettings, "max_probe_body_bytes"),
-        threads: int = field_default(HookSettings, "probe_threads"),
         policy: ProbePolicy | None = None,
         tls: PatroniTLS | None = None,
     ):
         self.deadline = deadline
         self.max_body_bytes = max_body_bytes
-        self.threads = threads
         self.policy = policy
         self.tls = tls or PatroniTLS()
-        self._lock = threading.Lock()
-        #: (fork generation, thread pool, connection pools) of the process using them.
-        self._state: tuple[int, ThreadPoolExecutor, urllib3.PoolManager] | None = None
         self._checked: dict[str, tuple[str | None, Url | None]] = {}
 
     @classmethod
@@ -123,74 +148,73 @@ class PatroniProber:
         return cls(
             deadline=settings.probe_deadline,
             max_body_bytes=settings.max_probe_body_bytes,
-            threads=settings.probe_threads,
             policy=settings.probe_policy,
             tls=settings.patroni_tls,
         )
-
-    # The thread pool and the connection pools are created on first use in the process
-    # that uses them: gunicorn forks workers, and threads do not survive a fork (nor
-    # should two processes share a socket).
-    def _pools(self) -> tuple[ThreadPoolExecutor, urllib3.PoolManager]:
-        state = self._state
-        if state is not None and state[0] == _forks:
-            return state[1], state[2]
-        with self._lock:
-            if self._state is None or self._state[0] != _forks:
-                executor = ThreadPoolExecutor(
-                    max_workers=self.threads, thread_name_prefix="patroni-probe"
-                )
-                http = urllib3.PoolManager(
-                    # One connection pool per member address (and serverName), least
-                    # recently used dropped first; a pool only recycles connection
-                    # objects: every probe closes its connection, as Patroni does.
-                    num_pools=256,
-                    maxsize=self.threads,
-                    block=False,
-                    # Verified against this CA bundle, or the system's trust store (which
-                    # will not know a private CA: the reason then says where to set one).
-                    cert_reqs=ssl.CERT_REQUIRED,
-                    ca_certs=self.tls.ca_file,
-                    cert_file=self.tls.client_cert_file if self.tls.client_key_file else None,
-                    key_file=self.tls.client_key_file if self.tls.client_cert_file else None,
-                )
-                self._state = (_forks, executor, http)
-            return self._state[1], self._state[2]
-
-    def close(self) -> None:
-        """Stop the pools (tests and graceful shutdown)."""
-        with self._lock:
-            state, self._state = self._state, None
-        if state is not None:
-            state[1].shutdown(wait=False, cancel_futures=True)
-            state[2].clear()
 
     def probe(self, targets: Sequence[ProbeTarget]) -> dict[str, MemberStatus]:
         """Ask every target concurrently; return within about ``deadline`` seconds."""
         if not targets:
             return {}
-        ends_at = time.monotonic() + self.deadline
-        pool, _ = self._pools()
-        futures: dict[str, Future[MemberStatus]] = {}
-        for target in targets:
-            context = contextvars.copy_context()  # log fields follow the probe's thread
-            futures[target.pod] = pool.submit(context.run, self.probe_one, target, ends_at)
-        wait(futures.values(), timeout=max(0.0, ends_at - time.monotonic()))
-        results: dict[str, MemberStatus] = {}
-        for pod, future in futures.items():
-            if future.done() and not future.cancelled() and future.exception() is None:
-                results[pod] = future.result()
-            else:
-                future.cancel()
-                results[pod] = MemberStatus.unknown(pod, self._late)
-        return results
+        return self._round(targets, time.monotonic() + self.deadline)
+
+    def probe_one(self, target: ProbeTarget, ends_at: float) -> MemberStatus:
+        """One bounded GET that gives up at ``ends_at`` (``time.monotonic``); never raises."""
+        return self._round([target], ends_at)[target.pod]
 
     @property
     def _late(self) -> str:
         return f"no answer within the {self.deadline:g} s probe deadline"
 
-    def probe_one(self, target: ProbeTarget, ends_at: float) -> MemberStatus:
-        """One bounded GET; never raises."""
+    # ------------------------------------------------------------------ the round
+
+    def _round(self, targets: Sequence[ProbeTarget], ends_at: float) -> dict[str, MemberStatus]:
+        results: dict[str, MemberStatus] = {}
+        waiting: dict[int, _Exchange] = {}
+        poller = select.poll()
+        try:
+            for target in targets:
+                exchange = self._start(target, ends_at, results)
+                if exchange is not None:
+                    waiting[exchange.sock.fileno()] = exchange
+                    poller.register(exchange.sock, exchange.waits_for)
+            while waiting:
+                now = time.monotonic()
+                for fd, exchange in list(waiting.items()):
+                    if now >= exchange.gives_up_at:
+                        # A timeout cut to what was left of the round is the round's
+                        # deadline: one reason for the same member whatever ran out first.
+                        reason = self._late if now >= ends_at else exchange.timeout_reason
+                        results[exchange.target.pod] = MemberStatus.unknown(
+                            exchange.target.pod, reason
+                        )
+                        poller.unregister(fd)
+                        del waiting[fd]
+                        exchange.sock.close()
+                if not waiting:
+                    break
+                soonest = min(e.gives_up_at for e in waiting.values())
+                for fd, _events in poller.poll(max(0.0, soonest - now) * 1000 + 1):
+                    exchange = waiting[fd]
+                    status = self._advance(exchange, ends_at)
+                    if status is not None:
+                        # One request per connection, as Patroni does: nothing half-read
+                        # is ever kept.
+                        results[exchange.target.pod] = status
+                        poller.unregister(fd)
+                        del waiting[fd]
+                        exchange.sock.close()
+                    else:
+                        poller.modify(fd, exchange.waits_for)
+        finally:
+            for exchange in waiting.values():
+                exchange.sock.close()
+        return {target.pod: results[target.pod] for target in targets}
+
+    def _start(
+        self, target: ProbeTarget, ends_at: float, results: dict[str, MemberStatus]
+    ) -> _Exchange | None:
+        """Open the connection (non-blocking); ``None`` with a result if it ended already."""
         # The same members are probed every second: remember each URL's verdict (the
         # policy is fixed for this prober; the check is pure).
         checked = self._checked.get(target.url)
@@ -201,92 +225,227 @@ class PatroniProber:
             self._checked[target.url] = checked
         refused, url = checked
         if url is None:
-            return MemberStatus.unknown(target.pod, refused or "refused")
+            results[target.pod] = MemberStatus.unknown(target.pod, refused or "refused")
+            return None
+        now = time.monotonic()
+        if now >= ends_at:
+            results[target.pod] = MemberStatus.unknown(target.pod, self._late)
+            return None
+        host = (url.host or "").strip("[]")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
-            return self._probe_one(target, url, ends_at)
-        except Exception as error:
-            reason = (
-                error.reason if isinstance(error, _Failure) else describe_failure(error, target)
+            sock = socket.socket(family, socket.SOCK_STREAM | _NONBLOCKING)
+        except OSError as error:
+            results[target.pod] = MemberStatus.unknown(target.pod, describe_failure(error, target))
+            return None
+        if not _NONBLOCKING:  # pragma: no cover - Linux has SOCK_NONBLOCK
+            sock.setblocking(False)
+        exchange = _Exchange(
+            target,
+            url,
+            sock,
+            _request(url),
+            gives_up_at=min(now + target.connect_timeout, ends_at),
+        )
+        code = sock.connect_ex((host, url.port or 0))
+        if code not in (0, errno.EINPROGRESS):
+            sock.close()
+            results[target.pod] = MemberStatus.unknown(
+                target.pod, describe_failure(_connect_error(code), target)
             )
-            if reason in _TIMEOUTS and time.monotonic() >= ends_at:
-                # The timeout was cut to what was left of the round: say what probe()
-                # says about the same member, or the reason would depend on which
-                # thread noticed first.
-                reason = self._late
-            return MemberStatus.unknown(target.pod, reason)
+            return None
+        return exchange
 
-    def _probe_one(self, target: ProbeTarget, url: Url, ends_at: float) -> MemberStatus:
-        remaining = ends_at - time.monotonic()
-        if remaining <= 0:
-            return MemberStatus.unknown(target.pod, self._late)
-        _, http = self._pools()
-        name = target.server_name if url.scheme == "https" else None
-        pool = http.connection_from_host(
-            url.host,
-            url.port,
-            url.scheme,
-            # Connect to the pod IP, but send SNI and verify the certificate for the
-            # spec's serverName: both are part of the pool key, so each name has its own
-            # pools and nothing leaks from one cluster's settings to another's.
-            pool_kwargs={"server_hostname": name, "assert_hostname": name} if name else None,
-        )
-        response = pool.urlopen(
-            "GET",
-            url.path or "/",
-            headers=_HEADERS,
-            redirect=False,
-            retries=False,
-            assert_same_host=False,
-            preload_content=False,
-            # The read timeout is also cut to what the connect left of the round.
-            timeout=urllib3.Timeout(
-                connect=min(target.connect_timeout, remaining),
-                read=min(target.read_timeout, remaining),
-                total=remaining,
-            ),
-        )
+    def _advance(self, exchange: _Exchange, ends_at: float) -> MemberStatus | None:
+        """Do what the ready socket allows; a status once the probe is over."""
         try:
-            status_code = response.status
-            declared = response.headers.get("Content-Length", "")
-            if declared.isdigit() and int(declared) > self.max_body_bytes:
-                return MemberStatus.not_patroni(
-                    target.pod, f"body larger than {self.max_body_bytes} bytes", status_code
-                )
-            body = bytearray()
-            try:
-                # read1: whatever has arrived, after one socket read at most. A full-size
-                # read loops until it has a whole chunk, so a member that drips a byte
-                # at a time would hold this thread far past the deadline.
-                while chunk := response.read1(_CHUNK, decode_content=True):
-                    body += chunk
-                    if len(body) > self.max_body_bytes:
-                        return MemberStatus.not_patroni(
-                            target.pod, f"body larger than {self.max_body_bytes} bytes", status_code
-                        )
-                    if time.monotonic() > ends_at:
-                        return MemberStatus.unknown(target.pod, self._late)
-            except ProtocolError as error:
-                raise _Failure(describe_failure(error, target, in_body=True)) from error
-        finally:
-            # One request per connection (Patroni closes it anyway): never a half-read
-            # or server-closed connection left for the next probe.
-            response.close()
-            response.release_conn()
-        try:
-            document = json.loads(body)
-        except ValueError:
-            return MemberStatus.not_patroni(
-                target.pod,
-                f"HTTP {status_code} on {target.health_path} with a non-JSON body",
-                status_code,
+            return self._step(exchange, ends_at)
+        except _Failure as failure:
+            return MemberStatus.unknown(exchange.target.pod, failure.reason)
+        except _NotPatroni as answer:
+            return MemberStatus.not_patroni(exchange.target.pod, answer.reason, answer.status)
+        except Exception as error:
+            return MemberStatus.unknown(
+                exchange.target.pod,
+                describe_failure(error, exchange.target, in_body=exchange.head is not None),
             )
-        return MemberStatus.from_api_response(
-            target.pod,
-            status_code,
-            document,
-            health_path=target.health_path,
-            leader_roles=target.leader_roles,
+
+    def _step(self, exchange: _Exchange, ends_at: float) -> MemberStatus | None:
+        if not exchange.connected:
+            # Writable after a non-blocking connect: connected, or failed (the error is
+            # read from the socket, as connect() would have raised it).
+            code = exchange.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if code:
+                raise _connect_error(code)
+            exchange.connected = True
+            if exchange.url.scheme == "https":
+                exchange.sock = self._wrap(exchange)
+                exchange.handshaking = True
+        if exchange.handshaking:
+            if not self._handshake(exchange):
+                return None
+            exchange.handshaking = False
+        if exchange.sent < len(exchange.request):
+            if not self._send(exchange):
+                return None
+            exchange.gives_up_at = min(time.monotonic() + exchange.target.read_timeout, ends_at)
+            exchange.timeout_reason = "read timeout"
+            exchange.waits_for = _READ
+        return self._receive(exchange, ends_at)
+
+    def _wrap(self, exchange: _Exchange) -> ssl.SSLSocket:
+        name = exchange.target.server_name or (exchange.url.host or "").strip("[]")
+        return _tls_context(self.tls).wrap_socket(
+            exchange.sock, server_hostname=name, do_handshake_on_connect=False
         )
+
+    @staticmethod
+    def _handshake(exchange: _Exchange) -> bool:
+        sock = exchange.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            exchange.waits_for = _READ
+            return False
+        except ssl.SSLWantWriteError:
+            exchange.waits_for = _WRITE
+            return False
+        return True
+
+    @staticmethod
+    def _send(exchange: _Exchange) -> bool:
+        try:
+            exchange.sent += exchange.sock.send(exchange.request[exchange.sent :])
+        except (BlockingIOError, ssl.SSLWantWriteError):
+            pass
+        except ssl.SSLWantReadError:
+            exchange.waits_for = _READ
+            return False
+        exchange.waits_for = _WRITE
+        return exchange.sent >= len(exchange.request)
+
+    def _receive(self, exchange: _Exchange, ends_at: float) -> MemberStatus | None:
+        """Read what has arrived (TLS may hold more than one record); done at the end."""
+        while True:
+            try:
+                chunk = exchange.sock.recv(_CHUNK)
+            except (BlockingIOError, ssl.SSLWantReadError):
+                return None
+            except ssl.SSLWantWriteError:
+                exchange.waits_for = _WRITE
+                return None
+            if not chunk:
+                return self._answer(exchange, complete=True)
+            exchange.received += chunk
+            exchange.gives_up_at = min(time.monotonic() + exchange.target.read_timeout, ends_at)
+            status = self._answer(exchange, complete=False)
+            if status is not None:
+                return status
+            if not isinstance(exchange.sock, ssl.SSLSocket) and len(chunk) < _CHUNK:
+                return None  # the kernel had no more; wait for the next poll
+
+    def _answer(self, exchange: _Exchange, *, complete: bool) -> MemberStatus | None:
+        """The member's status once its answer is whole; ``None`` while more may come.
+
+        ``complete``: the member closed the connection.
+        """
+        target, data, cap = exchange.target, exchange.received, self.max_body_bytes
+        if exchange.head is None:
+            end = data.find(b"\r\n\r\n")
+            if end < 0:
+                if complete:
+                    # Closed before the headers were whole (Python's http.client calls
+                    # this RemoteDisconnected, a ConnectionResetError).
+                    raise _Failure("connection reset")
+                if len(data) > _MAX_HEAD_BYTES:
+                    raise _Failure("connection failed")
+                return None
+            exchange.head = _parse_head(bytes(data[:end]), end + 4)
+        status_code, length, body_start = exchange.head
+        if length is not None and length > cap:
+            raise _NotPatroni(f"body larger than {cap} bytes", status_code)
+        body_bytes = len(data) - body_start
+        if body_bytes > cap:
+            raise _NotPatroni(f"body larger than {cap} bytes", status_code)
+        if length is not None and body_bytes >= length:
+            body = bytes(data[body_start : body_start + length])
+        elif complete and length is None:
+            body = bytes(data[body_start:])
+        elif complete:
+            raise _Failure("connection broken mid-body")
+        else:
+            return None
+        return _status(target, status_code, body)
+
+
+def _connect_error(code: int) -> OSError:
+    """The exception a blocking ``connect()`` would have raised for ``errno`` ``code``."""
+    return OSError(code, errno.errorcode.get(code, "connect failed"))
+
+
+def _request(url: Url) -> bytes:
+    return (
+        f"GET {url.path} HTTP/1.1\r\nHost: {url.host}:{url.port}\r\n"
+        "Accept: application/json\r\nUser-Agent: pg-failover-hook\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode("ascii")
+
+
+def _parse_head(head: bytes, body_start: int) -> tuple[int, int | None, int]:
+    """(status code, Content-Length or ``None``, body start) of an HTTP/1.x answer.
+
+    Strict on purpose: an answer that is not plain HTTP/1.x (no status line, a malformed
+    or repeated Content-Length, a transfer coding, too many headers) is not Patroni's.
+    Patroni's ``write_response`` (``patroni/api.py``) sends neither a Content-Length nor a
+    coding: its body ends when it closes the connection. A Content-Length, when one is
+    sent, ends the read early.
+    """
+    lines = head.split(b"\r\n")
+    status = _STATUS_LINE.fullmatch(lines[0])
+    if status is None or len(lines) > _MAX_HEADERS + 1:
+        raise _Failure("connection failed")
+    code = int(status.group(1))
+    length: int | None = None
+    for line in lines[1:]:
+        header = _HEADER_LINE.fullmatch(line)
+        if header is None:
+            raise _NotPatroni("malformed HTTP header", code)
+        name = header.group(1).lower()
+        if name == b"content-length":
+            value = header.group(2)
+            if not value.isdigit() or length is not None:
+                raise _NotPatroni("malformed Content-Length", code)
+            length = int(value)
+        elif name == b"transfer-encoding":
+            raise _NotPatroni("HTTP transfer coding (not Patroni)", code)
+    return code, length, body_start
+
+
+def _status(target: ProbeTarget, status_code: int, body: bytes) -> MemberStatus:
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return MemberStatus.not_patroni(
+            target.pod,
+            f"HTTP {status_code} on {target.health_path} with a non-JSON body",
+            status_code,
+        )
+    return MemberStatus.from_api_response(
+        target.pod,
+        status_code,
+        document,
+        health_path=target.health_path,
+        leader_roles=target.leader_roles,
+    )
+
+
+def _tls_context(tls: PatroniTLS) -> ssl.SSLContext:
+    """A client context from the files as they are now (renewals need no restart)."""
+    context = ssl.create_default_context(cafile=tls.ca_file)
+    if tls.client_cert_file and tls.client_key_file:
+        context.load_cert_chain(tls.client_cert_file, tls.client_key_file)
+    return context
 
 
 def target_problem(url: str, policy: ProbePolicy | None) -> str | None:

@@ -1,23 +1,15 @@
 """Turning a failed probe into a short reason that is the same every time.
 
-A reason can end up in a status condition: a message that changed on every sync (urllib3
-embeds object addresses such as ``<HTTPConnection object at 0x7f…>``) would make
-Metacontroller write the status again and again. So the cause chain is walked and mapped
-to a fixed phrase that also says which side to fix (for TLS: our CA bundle, our client
-certificate, the member's certificate or port).
+A reason can end up in a status condition: a message that changed on every sync (an
+exception's text can embed addresses, ports or object ids) would make Metacontroller
+write the status again and again. So the cause chain is walked and mapped to a fixed
+phrase that also says which side to fix (for TLS: our CA bundle, our client certificate,
+the member's certificate or port).
 """
 
 from __future__ import annotations
 
 import ssl
-
-from urllib3.exceptions import (
-    ConnectTimeoutError,
-    NewConnectionError,
-    ProtocolError,
-    ReadTimeoutError,
-)
-from urllib3.util.ssl_match_hostname import CertificateError
 
 from hooks.members import ProbeTarget
 
@@ -66,35 +58,21 @@ def _name_mismatch(server_name: str | None) -> str:
 def describe_failure(error: BaseException, target: ProbeTarget, *, in_body: bool = False) -> str:
     """A short reason that is the same every time the same failure happens.
 
-    urllib3's messages embed object addresses (``<HTTPConnection object at 0x7f…>``),
-    which would make every status write differ; walk the cause chain instead.
+    ``in_body``: the answer's headers had arrived (a broken connection is then "mid-body").
     """
-    if isinstance(error, ConnectTimeoutError) and not isinstance(error, NewConnectionError):
-        return "connect timeout"
-    if isinstance(error, ReadTimeoutError):
-        return "read timeout"
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, ssl.SSLError):
             return _tls_reason(current, target.server_name)
-        if isinstance(current, CertificateError):  # urllib3's own name check (serverName)
-            return _name_mismatch(target.server_name)
         if isinstance(current, ConnectionRefusedError):
             return "connection refused"
         if isinstance(current, ConnectionResetError):
             return "connection reset"
         if isinstance(current, TimeoutError):
             return "read timeout"
-        for arg in getattr(current, "args", ()):
-            if isinstance(arg, BaseException) and id(arg) not in seen:
-                current = arg
-                break
-        else:
-            current = current.__cause__ or current.__context__
-    if in_body and isinstance(error, ProtocolError):
-        return "connection broken mid-body"
-    if isinstance(error, ProtocolError | NewConnectionError | OSError):
-        return "connection failed"
+        current = current.__cause__ or current.__context__
+    if isinstance(error, OSError):
+        return "connection broken mid-body" if in_body else "connection failed"
     return f"probe failed ({type(error).__name__})"

@@ -54,9 +54,8 @@ LOOPBACK_FAKES = ProbePolicy(
 
 @pytest.fixture
 def real_prober() -> Iterator[PatroniProber]:
-    prober = PatroniProber(deadline=DEADLINE, max_body_bytes=CAP, threads=16, policy=LOOPBACK_FAKES)
+    prober = PatroniProber(deadline=DEADLINE, max_body_bytes=CAP, policy=LOOPBACK_FAKES)
     yield prober
-    prober.close()
 
 
 @pytest.fixture

@@ -13,9 +13,6 @@ Test design notes
   are built from the project's own :func:`hooks.logs.logging_config` dict, attached to a
   private logger, so the global logging configuration (and pytest's capture) is never
   touched. Each line is parsed as JSON and the bound fields are looked up by key.
-* Probe threads: a worker of a pool created *before* ``bound()`` does not see the fields
-  unless the task runs in ``contextvars.copy_context()`` (what ``hooks.patroni`` does):
-  both halves are asserted, so the test proves the copy is what carries them.
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ import logging
 import re
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from importlib import import_module
 from typing import Any
 
@@ -47,12 +43,11 @@ def test_no_variables_give_the_documented_defaults() -> None:
     assert (
         settings.probe_deadline,
         settings.max_probe_body_bytes,
-        settings.probe_threads,
         settings.max_request_bytes,
         settings.resync,
         settings.log_format,
         settings.log_level,
-    ) == (2.0, 65536, 64, 4 * 1024 * 1024, ResyncTiming(1.0, 0.3), "json", "INFO")
+    ) == (2.0, 65536, 4 * 1024 * 1024, ResyncTiming(1.0, 0.3), "json", "INFO")
 
 
 def test_the_degraded_resync_is_faster_than_the_healthy_one_by_default() -> None:
@@ -67,7 +62,6 @@ def test_the_degraded_resync_is_faster_than_the_healthy_one_by_default() -> None
         ("PGFH_PROBE_DEADLINE_SECONDS", "3", "probe_deadline", 3.0),
         ("PGFH_PROBE_DEADLINE_SECONDS", " 2.5 ", "probe_deadline", 2.5),
         ("PGFH_MAX_PROBE_BODY_BYTES", "8192", "max_probe_body_bytes", 8192),
-        ("PGFH_PROBE_THREADS", "8", "probe_threads", 8),
         ("PGFH_MAX_REQUEST_BYTES", "1048576", "max_request_bytes", 1048576),
         ("PGFH_MAX_JSON_DEPTH", "32", "max_json_depth", 32),
         ("PGFH_MAX_MEMBERS", "16", "probe_policy.max_members", 16),
@@ -93,7 +87,6 @@ def test_each_variable_is_parsed(variable: str, raw: str, attribute: str, expect
     [
         "PGFH_PROBE_DEADLINE_SECONDS",
         "PGFH_MAX_PROBE_BODY_BYTES",
-        "PGFH_PROBE_THREADS",
         "PGFH_MAX_REQUEST_BYTES",
         "PGFH_MAX_JSON_DEPTH",
         "PGFH_MAX_MEMBERS",
@@ -109,7 +102,6 @@ def test_an_empty_number_variable_keeps_the_default(variable: str) -> None:
 NUMBER_VARIABLES = [
     "PGFH_PROBE_DEADLINE_SECONDS",
     "PGFH_MAX_PROBE_BODY_BYTES",
-    "PGFH_PROBE_THREADS",
     "PGFH_MAX_REQUEST_BYTES",
     "PGFH_RESYNC_HEALTHY_SECONDS",
     "PGFH_RESYNC_DEGRADED_SECONDS",
@@ -161,7 +153,7 @@ def test_nan_and_infinity_are_rejected_naming_the_variable(raw: str) -> None:
 
 
 def test_a_fraction_for_a_count_is_rejected_not_truncated_to_zero() -> None:
-    counts = ["PGFH_PROBE_THREADS", "PGFH_MAX_PROBE_BODY_BYTES", "PGFH_MAX_REQUEST_BYTES"]
+    counts = ["PGFH_MAX_PROBE_BODY_BYTES", "PGFH_MAX_REQUEST_BYTES"]
     assert _refusals([(v, "0.5") for v in counts]) == []
 
 
@@ -186,10 +178,10 @@ def test_a_connection_is_closed_at_its_nth_request_and_never_with_zero() -> None
 def test_from_env_without_a_mapping_reads_the_process_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("PGFH_PROBE_THREADS", "3")
+    monkeypatch.setenv("PGFH_MAX_PROBE_BODY_BYTES", "3000")
     monkeypatch.setenv("PGFH_RESYNC_DEGRADED_SECONDS", "0.2")
     settings = HookSettings.from_env()
-    assert (settings.probe_threads, settings.resync.degraded) == (3, 0.2)
+    assert (settings.max_probe_body_bytes, settings.resync.degraded) == (3000, 0.2)
 
 
 def test_unrelated_variables_are_ignored() -> None:
@@ -199,7 +191,7 @@ def test_unrelated_variables_are_ignored() -> None:
 def test_settings_are_immutable() -> None:
     settings = HookSettings()
     with pytest.raises(dataclasses.FrozenInstanceError):
-        settings.probe_threads = 1  # type: ignore[misc]
+        settings.probe_deadline = 1  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.resync.healthy = 9  # type: ignore[misc]
 
@@ -301,27 +293,6 @@ def test_an_explicit_extra_wins_over_a_bound_field(captured: Captured) -> None:
         captured.logger.info("explicit", extra={"request_id": "explicit"})
     (line,) = captured.records()
     assert (line["cluster"], line["request_id"]) == ("databases/a", "explicit")
-
-
-def test_probe_threads_see_the_bound_fields_only_through_copy_context(captured: Captured) -> None:
-    def probe(name: str) -> None:
-        captured.logger.info("probed %s", name)
-
-    # One worker, started before the request (as the app's shared pool is): its thread
-    # was not created inside bound(), so only the copied context can carry the fields.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pool.submit(lambda: None).result()
-        with bound(cluster="databases/pg-orders", request_id="req-7"):
-            copied = [pool.submit(contextvars.copy_context().run, probe, n) for n in ("m0", "m1")]
-            plain = pool.submit(probe, "m2")
-            for future in [*copied, plain]:
-                future.result()
-
-    lines = {line["message"]: line for line in captured.records()}
-    for name in ("m0", "m1"):
-        assert lines[f"probed {name}"]["cluster"] == "databases/pg-orders"
-        assert lines[f"probed {name}"]["request_id"] == "req-7"
-    assert "cluster" not in lines["probed m2"]
 
 
 def test_a_thread_started_with_copy_context_sees_the_fields(captured: Captured) -> None:

@@ -98,15 +98,12 @@ def probe_twice(
     tls: PatroniTLS, *, scheme: str = "https", server_name: str | None = None
 ) -> MemberStatus:
     """Probe the member twice with ``tls``; the answers must be identical."""
-    prober = PatroniProber(deadline=2.0, threads=2, tls=tls)
+    prober = PatroniProber(deadline=2.0, tls=tls)
     target = ProbeTarget(
         MEMBER, f"{scheme}://{MEMBER_IP}:8008/primary", 0.5, 1.0, server_name=server_name
     )
-    try:
-        first = prober.probe([target])[MEMBER]
-        second = prober.probe([target])[MEMBER]
-    finally:
-        prober.close()
+    first = prober.probe([target])[MEMBER]
+    second = prober.probe([target])[MEMBER]
     assert first == second, "the reason must not change from probe to probe"
     return first
 

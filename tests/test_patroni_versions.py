@@ -4,7 +4,7 @@ Test design: the bodies in ``tests/fixtures/patroni/`` are Patroni 3.0.3, 3.2.2 
 answers, written from ``patroni/api.py`` at those tags (see the README there). Three loopback
 fake members (127.0.0.10-12) answer them byte for byte, with Patroni's status codes (200 for
 the lock holder, 503 for the others); the sync goes through ``create_app`` with the real
-urllib3 prober, as in ``test_app_faults``. What each release lacks must show in the status,
+prober, as in ``test_app_faults``. What each release lacks must show in the status,
 never silently: before 3.0.4 no ``replication_state`` (the read-only Service lists none of
 those replicas and says why), before 3.2.0 no ``patroni.name`` (``MemberNameGuard`` is
 ``Unavailable``). Patroni's own read-traffic rules, ``noloadbalance`` and paused replay, are
@@ -50,7 +50,7 @@ def shape(version: str, role: str) -> dict[str, Any]:
 
 @pytest.fixture
 def hook() -> Iterator[FlaskClient]:
-    prober = PatroniProber(deadline=DEADLINE, max_body_bytes=CAP, threads=8, policy=LOOPBACK_FAKES)
+    prober = PatroniProber(deadline=DEADLINE, max_body_bytes=CAP, policy=LOOPBACK_FAKES)
     settings = HookSettings(
         probe_deadline=DEADLINE,
         max_probe_body_bytes=CAP,
@@ -61,7 +61,6 @@ def hook() -> Iterator[FlaskClient]:
     app: Flask = create_app(settings=settings, prober=prober, clock=lambda: NOW)
     app.config["TESTING"] = True
     yield app.test_client()
-    prober.close()
 
 
 @pytest.fixture

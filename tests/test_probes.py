@@ -1,16 +1,19 @@
 """The real :class:`PatroniProber` against loopback fake Patroni members.
 
 Design notes: every fake is a real TCP server (``tests/fakes.py``), so timeouts,
-resets, redirects and body caps are exercised through urllib3 exactly as in
-production. Timing assertions are correctness bounds (``deadline + 0.25 s``), not
+resets, redirects and body caps are exercised through the prober's own sockets
+exactly as in production. Timing assertions are correctness bounds (``deadline + 0.25 s``), not
 benchmarks; deadlines are kept at 0.5-1.0 s so the module stays fast.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import select
 import signal
+import socket
 import threading
 import time
 import warnings
@@ -24,6 +27,7 @@ from hooks.members import MemberStatus, ProbeTarget, ProbeVerdict
 from hooks.patroni import PatroniProber
 from tests import fakes
 from tests.fakes import Behaviour, FakeMember, FullBacklog
+from tests.patroni_wire import patroni_body
 
 DEADLINE = 0.5
 #: probe() may overrun its deadline by scheduling noise only, never by a member's delay.
@@ -36,9 +40,8 @@ MakeMember = Callable[..., FakeMember]
 
 @pytest.fixture
 def real_prober() -> Iterator[PatroniProber]:
-    prober = PatroniProber(deadline=DEADLINE, max_body_bytes=CAP, threads=16)
+    prober = PatroniProber(deadline=DEADLINE, max_body_bytes=CAP)
     yield prober
-    prober.close()
 
 
 @pytest.fixture
@@ -186,11 +189,8 @@ def test_a_stalling_member_never_pushes_the_round_past_the_deadline(
 
 def test_members_are_asked_concurrently(member: MakeMember) -> None:
     prober = PatroniProber(deadline=1.0)
-    try:
-        fakes_ = [member(fakes.slow(0.3, fakes.REPLICA), name=f"pg-{i}") for i in range(3)]
-        result, elapsed = timed_probe(prober, *(target(f, f.name) for f in fakes_))
-    finally:
-        prober.close()
+    fakes_ = [member(fakes.slow(0.3, fakes.REPLICA), name=f"pg-{i}") for i in range(3)]
+    result, elapsed = timed_probe(prober, *(target(f, f.name) for f in fakes_))
 
     assert all(s.verdict is ProbeVerdict.NOT_LEADER for s in result.values()), result
     assert 0.3 <= elapsed < 0.6, f"3 members answering after 0.3 s took {elapsed:.3f} s"
@@ -198,11 +198,8 @@ def test_members_are_asked_concurrently(member: MakeMember) -> None:
 
 def test_the_connect_timeout_of_the_target_is_honoured() -> None:
     prober = PatroniProber(deadline=1.0)
-    try:
-        with FullBacklog() as blackhole:
-            result, elapsed = timed_probe(prober, target(blackhole, connect=0.2))
-    finally:
-        prober.close()
+    with FullBacklog() as blackhole:
+        result, elapsed = timed_probe(prober, target(blackhole, connect=0.2))
 
     assert result["pg-0"].reason == "connect timeout"
     assert 0.2 <= elapsed <= 0.2 + SLACK
@@ -215,11 +212,8 @@ def test_the_read_timeout_of_the_target_is_honoured(
     member: MakeMember, behaviour: Behaviour
 ) -> None:
     prober = PatroniProber(deadline=1.0)
-    try:
-        fake = member(behaviour)
-        result, elapsed = timed_probe(prober, target(fake, read=0.2))
-    finally:
-        prober.close()
+    fake = member(behaviour)
+    result, elapsed = timed_probe(prober, target(fake, read=0.2))
 
     assert result["pg-0"].reason == "read timeout"
     assert 0.2 <= elapsed <= 0.2 + SLACK
@@ -237,13 +231,12 @@ def test_a_timeout_cut_short_by_the_deadline_is_reported_as_the_deadline(
     assert status.reason == LATE
 
 
-def test_a_dripping_member_does_not_hold_the_probe_thread_past_the_deadline(
+def test_a_dripping_member_does_not_hold_the_request_thread_past_the_deadline(
     real_prober: PatroniProber, member: MakeMember
 ) -> None:
-    # probe() stops waiting at the deadline anyway; this is about the pool thread.
-    # A body read that waits for a whole 8 KiB chunk would hold it for
-    # 8192 x 0.3 s while the member drips, and a few such members would starve
-    # every other cluster's probes (see the next test).
+    # A body read that waited for a whole chunk would hold the request's thread for
+    # 8192 x 0.3 s while the member drips, and a few such members would take every
+    # gunicorn thread from the other clusters' syncs (see the next test).
     fake = member(fakes.DRIP)
     started = time.monotonic()
     status = real_prober.probe_one(target(fake), started + DEADLINE)
@@ -254,14 +247,11 @@ def test_a_dripping_member_does_not_hold_the_probe_thread_past_the_deadline(
 
 
 def test_a_dripping_member_does_not_starve_the_next_round(member: MakeMember) -> None:
-    prober = PatroniProber(deadline=DEADLINE, threads=1)
-    try:
-        drip = member(fakes.DRIP, name="pg-0")
-        leader = member(fakes.LEADER, name="pg-1")
-        first, _ = timed_probe(prober, target(drip, "pg-0"))
-        second, elapsed = timed_probe(prober, target(leader, "pg-1"))
-    finally:
-        prober.close()
+    prober = PatroniProber(deadline=DEADLINE)
+    drip = member(fakes.DRIP, name="pg-0")
+    leader = member(fakes.LEADER, name="pg-1")
+    first, _ = timed_probe(prober, target(drip, "pg-0"))
+    second, elapsed = timed_probe(prober, target(leader, "pg-1"))
 
     assert first["pg-0"].reason == LATE
     assert second["pg-1"].is_leader, second["pg-1"].reason
@@ -328,12 +318,9 @@ def test_a_huge_body_is_not_read_past_the_cap(
 
 def test_the_cap_is_the_configured_one(member: MakeMember) -> None:
     prober = PatroniProber(deadline=DEADLINE, max_body_bytes=1024)
-    try:
-        small = member(fakes.LEADER, name="pg-0")  # ~470 bytes
-        large = member(fakes.huge(2048, content_length=False), name="pg-1")
-        result = prober.probe([target(small, "pg-0"), target(large, "pg-1")])
-    finally:
-        prober.close()
+    small = member(fakes.LEADER, name="pg-0")  # ~470 bytes
+    large = member(fakes.huge(2048, content_length=False), name="pg-1")
+    result = prober.probe([target(small, "pg-0"), target(large, "pg-1")])
 
     assert result["pg-0"].is_leader
     assert result["pg-1"].reason == "body larger than 1024 bytes"
@@ -378,13 +365,13 @@ def test_many_threads_can_probe_at_once(real_prober: PatroniProber, member: Make
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
-def test_a_forked_child_probes_with_its_own_pool(
+def test_a_forked_child_probes_with_the_parents_prober(
     real_prober: PatroniProber, member: MakeMember
 ) -> None:
-    # gunicorn forks workers after the app (and its prober) may have been used: the
-    # parent's pool threads do not exist in the child, which must build its own.
+    # gunicorn forks workers after the app (and its prober) may have been used: nothing
+    # the parent's rounds left behind (sockets, threads) may be needed in the child.
     leader = member(fakes.LEADER)
-    assert real_prober.probe([target(leader)])["pg-0"].is_leader  # the parent's pool exists
+    assert real_prober.probe([target(leader)])["pg-0"].is_leader  # used before the fork
     read_end, write_end = os.pipe()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads
@@ -411,14 +398,6 @@ def test_a_forked_child_probes_with_its_own_pool(
     assert leader.connections == 2
 
 
-def test_close_then_probe_again(real_prober: PatroniProber, member: MakeMember) -> None:
-    leader = member(fakes.LEADER)
-    assert real_prober.probe([target(leader)])["pg-0"].is_leader
-    real_prober.close()
-    real_prober.close()  # idempotent
-    assert real_prober.probe([target(leader)])["pg-0"].is_leader
-
-
 def test_no_targets_no_round(real_prober: PatroniProber) -> None:
     assert real_prober.probe([]) == {}
 
@@ -440,3 +419,147 @@ def test_proxy_settings_in_the_environment_are_ignored(
     status = real_prober.probe([target(leader)])["pg-0"]
     assert status.is_leader, status.reason
     assert leader.connections == 1
+
+
+# ------------------------------------------------- answers that are not plain HTTP
+
+
+class RawMember:
+    """A loopback server that answers every connection with ``answer``, byte for byte.
+
+    ``hold``: keep the connection open after the answer (as a keep-alive server would)
+    until the client closes it or the bound ends; otherwise close at once.
+    """
+
+    def __init__(self, answer: bytes, *, hold: bool = False) -> None:
+        self.answer, self.hold = answer, hold
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def url(self, path: str = "/primary") -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}{path}"
+
+    def _serve(self) -> None:
+        ends_at = time.monotonic() + 10.0
+        while not self._stop.is_set() and time.monotonic() < ends_at:
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(2.0)
+                request = b""
+                while b"\r\n\r\n" not in request and len(request) < 8192:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    request += chunk
+                conn.sendall(self.answer)
+                if self.hold:
+                    with contextlib.suppress(OSError):
+                        conn.recv(1)  # returns when the client closes, or times out
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5.0)
+        self.sock.close()
+
+
+HEAD = b"HTTP/1.0 200 OK\r\nServer: BaseHTTP/0.6 Python/3.11.2\r\n"
+LEADER_JSON = json.dumps(patroni_body("primary", name="pg-0")).encode()
+
+RAW_ANSWERS = [
+    # answer, verdict, reason
+    (HEAD + b"\r\n" + LEADER_JSON, ProbeVerdict.LEADER, "HTTP 200 on /primary: primary, running"),
+    (
+        HEAD + b"Content-Length: %d\r\n\r\n" % len(LEADER_JSON) + LEADER_JSON + b"trailing junk",
+        ProbeVerdict.LEADER,
+        "HTTP 200 on /primary: primary, running",
+    ),
+    (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", ProbeVerdict.UNREACHABLE, "connection failed"),
+    (b"HTTP/2 200\r\n\r\n{}", ProbeVerdict.UNREACHABLE, "connection failed"),
+    (
+        HEAD + b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+        ProbeVerdict.NOT_LEADER,
+        "HTTP transfer coding (not Patroni)",
+    ),
+    (
+        HEAD + b"Content-Length: 12abc\r\n\r\n{}",
+        ProbeVerdict.NOT_LEADER,
+        "malformed Content-Length",
+    ),
+    (
+        HEAD + b"Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+        ProbeVerdict.NOT_LEADER,
+        "malformed Content-Length",
+    ),
+    (HEAD + b"no colon here\r\n\r\n{}", ProbeVerdict.NOT_LEADER, "malformed HTTP header"),
+    (HEAD + b" folded: line\r\n\r\n{}", ProbeVerdict.NOT_LEADER, "malformed HTTP header"),
+    (HEAD + b"Content-Le", ProbeVerdict.UNREACHABLE, "connection reset"),
+    (b"", ProbeVerdict.UNREACHABLE, "connection reset"),
+    (
+        HEAD + b"Content-Length: 100\r\n\r\n" + b'{"state": ',
+        ProbeVerdict.UNREACHABLE,
+        "connection broken mid-body",
+    ),
+    (HEAD + b"X-Pad: " + b"x" * 20_000, ProbeVerdict.UNREACHABLE, "connection failed"),
+    (
+        HEAD + b"".join(b"X-%d: y\r\n" % i for i in range(101)) + b"\r\n{}",
+        ProbeVerdict.UNREACHABLE,
+        "connection failed",
+    ),
+    (
+        HEAD + b"Content-Length: %d\r\n\r\n" % (CAP + 1),
+        ProbeVerdict.NOT_LEADER,
+        f"body larger than {CAP} bytes",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("answer", "verdict", "reason"),
+    RAW_ANSWERS,
+    ids=[
+        "no-length",
+        "length-then-junk",
+        "not-http",
+        "http2",
+        "chunked",
+        "bad-length",
+        "two-lengths",
+        "header-without-colon",
+        "folded-header",
+        "closed-in-head",
+        "closed-at-once",
+        "closed-mid-body",
+        "endless-head",
+        "too-many-headers",
+        "declared-too-large",
+    ],
+)
+def test_an_answer_is_read_by_the_strict_http_rules(
+    real_prober: PatroniProber, answer: bytes, verdict: ProbeVerdict, reason: str
+) -> None:
+    raw = RawMember(answer)
+    try:
+        status = real_prober.probe([target(raw)])["pg-0"]
+    finally:
+        raw.close()
+    assert (status.verdict, status.reason) == (verdict, reason)
+    assert status.patroni_answer is (verdict is ProbeVerdict.LEADER)
+
+
+def test_a_content_length_ends_the_read_without_waiting_for_the_close(
+    real_prober: PatroniProber,
+) -> None:
+    answer = HEAD + b"Content-Length: %d\r\n\r\n" % len(LEADER_JSON) + LEADER_JSON
+    raw = RawMember(answer, hold=True)
+    try:
+        result, elapsed = timed_probe(real_prober, target(raw, read=1.0))
+    finally:
+        raw.close()
+    assert result["pg-0"].is_leader
+    assert elapsed < 0.5, f"waited {elapsed:.3f} s for a close the answer did not need"

@@ -467,7 +467,7 @@ def listener() -> Iterator[FakeMember]:
 
 
 def real_hook(policy: ProbePolicy) -> FlaskClient:
-    prober = PatroniProber(deadline=1.0, threads=4, policy=policy)
+    prober = PatroniProber(deadline=1.0, policy=policy)
     app = create_app(
         settings=HookSettings(probe_deadline=1.0, probe_policy=policy, auth=NO_AUTH),
         prober=prober,
@@ -626,7 +626,7 @@ class RecordingProber(PatroniProber):
     """The real prober, recording the targets it is asked to probe."""
 
     def __init__(self, policy: ProbePolicy) -> None:
-        super().__init__(deadline=1.0, threads=4, policy=policy)
+        super().__init__(deadline=1.0, policy=policy)
         self.asked: list[str] = []
 
     def probe(self, targets: Sequence[ProbeTarget]) -> dict[str, MemberStatus]:
@@ -682,18 +682,15 @@ def test_too_many_members_is_a_condition_and_nothing_is_probed() -> None:
 
 
 def test_a_forged_target_that_reaches_the_prober_directly_is_refused(listener: FakeMember) -> None:
-    prober = PatroniProber(deadline=1.0, threads=2)
-    try:
-        for url in (
-            f"http://localhost:{listener.port}/primary",
-            f"http://127.0.0.1:{listener.port}/../primary",
-            f"http://127.0.0.1:{listener.port}/replica",
-        ):
-            target = ProbeTarget(f"{CLUSTER}-0", url, 0.5, 0.5)
-            status = prober.probe([target])[f"{CLUSTER}-0"]
-            assert status.reason.startswith("refused: "), status
-    finally:
-        prober.close()
+    prober = PatroniProber(deadline=1.0)
+    for url in (
+        f"http://localhost:{listener.port}/primary",
+        f"http://127.0.0.1:{listener.port}/../primary",
+        f"http://127.0.0.1:{listener.port}/replica",
+    ):
+        target = ProbeTarget(f"{CLUSTER}-0", url, 0.5, 0.5)
+        status = prober.probe([target])[f"{CLUSTER}-0"]
+        assert status.reason.startswith("refused: "), status
     assert listener.connections == 0
 
 
@@ -1033,7 +1030,7 @@ def test_auth_settings_are_read_from_the_environment() -> None:
 
 @pytest.fixture(scope="module")
 def gunicorn_token_hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornHook]:
-    with gunicorn_hook(tmp_path_factory.mktemp("token-hook"), workers=2, threads=4) as running:
+    with gunicorn_hook(tmp_path_factory.mktemp("token-hook"), workers=2) as running:
         yield running
 
 
