@@ -62,7 +62,7 @@ def member() -> Iterator[MakeMember]:
 
 
 def target(
-    fake: FakeMember | FullBacklog,
+    fake: FakeMember | FullBacklog | RawMember,
     pod: str = "pg-0",
     *,
     connect: float = 0.5,
