@@ -6,9 +6,9 @@ authentication, access log, fake members, 32 keep-alive clients), but from
 :func:`create_app`, which is :func:`hooks.app.create_app` with each stage wrapped in a
 thread-CPU clock (``time.thread_time``: the CPU of the calling thread, user + system,
 waiting excluded): the body read and parse, the request checks, the probe plan, the probe
-round (the request thread's share, and each probe in its pool thread), the decision and the
-reply. What no wrapped stage accounts for is gunicorn (accepting, parsing HTTP, handing the
-request to a thread, writing the reply, the access log) and the probe pool's hand-offs.
+round (all of it runs in the request's thread), the decision and the reply. What no wrapped
+stage accounts for is gunicorn (accepting, parsing HTTP, handing the request to a thread,
+writing the reply, the access log).
 
 Run: ``.venv/bin/python -m bench.stages [--duration 10] [--concurrency 32]``. Loopback only.
 """
@@ -78,8 +78,7 @@ def create_app() -> Flask:
     settings = HookSettings.from_env()
     configure(settings.log_format, settings.log_level)
     prober = PatroniProber.from_settings(settings)
-    prober.probe = _timed("probe round (request thread)", prober.probe)  # type: ignore[method-assign]
-    prober.probe_one = _timed("probes (their pool threads)", prober.probe_one)  # type: ignore[method-assign]
+    prober.probe = _timed("probe round", prober.probe)  # type: ignore[method-assign]
     for (module_name, name), label in STAGES.items():
         module = importlib.import_module(module_name)
         setattr(module, name, _timed(label, getattr(module, name)))
@@ -145,7 +144,6 @@ def measure(duration: float, concurrency: int, workers: int = 2, threads: int = 
     syncs = max(1, run.requests)
     hook_ms = 1000 * run.cpu["hook"] / syncs
     flask = 1000 * total.pop("Flask app in all (request thread)", 0.0) / syncs
-    pool = 1000 * total.pop("probes (their pool threads)", 0.0) / syncs
     lines = [
         f"{run.ok}/{run.requests} syncs OK at {run.rate:.0f}/s, {concurrency} clients, "
         f"{workers} workers × {threads} threads; outcomes {run.outcomes}",
@@ -160,10 +158,7 @@ def measure(duration: float, concurrency: int, workers: int = 2, threads: int = 
         inner += 1000 * seconds / syncs
         lines.append(f"| ↳ {name} | {1000 * seconds / syncs:.2f} |")
     lines.append(f"| ↳ the rest of the app (Flask, auth, logs, metrics) | {flask - inner:.2f} |")
-    lines.append(f"| the probes, in the probe pool's threads | {pool:.2f} |")
-    lines.append(
-        f"| not in any of the above (gunicorn, thread hand-offs) | {hook_ms - flask - pool:.2f} |"
-    )
+    lines.append(f"| not in any of the above (gunicorn) | {hook_ms - flask:.2f} |")
     return "\n".join(lines)
 
 

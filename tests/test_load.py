@@ -112,6 +112,6 @@ def test_go_transport_keeps_at_most_two_idle_connections_and_reuses_the_newest()
 
 def test_the_stage_split_runs_the_real_app() -> None:
     table = stages_measure(duration=2.0, concurrency=4)
-    assert "| **the pod in all**" in table and "probes (their pool threads)" not in table
-    assert "| the probes, in the probe pool's threads |" in table
+    assert "| **the pod in all**" in table and "| ↳ probe round |" in table
+    assert "| not in any of the above (gunicorn) |" in table
     assert "'ok'" in table and "WRONG" not in table
