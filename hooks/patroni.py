@@ -156,11 +156,22 @@ class PatroniProber:
         """Ask every target concurrently; return within about ``deadline`` seconds."""
         if not targets:
             return {}
-        return self._round(targets, time.monotonic() + self.deadline)
+        return self._guarded_round(targets, time.monotonic() + self.deadline)
 
     def probe_one(self, target: ProbeTarget, ends_at: float) -> MemberStatus:
         """One bounded GET that gives up at ``ends_at`` (``time.monotonic``); never raises."""
-        return self._round([target], ends_at)[target.pod]
+        return self._guarded_round([target], ends_at)[target.pod]
+
+    def _guarded_round(
+        self, targets: Sequence[ProbeTarget], ends_at: float
+    ) -> dict[str, MemberStatus]:
+        try:
+            return self._round(targets, ends_at)
+        except Exception as error:  # a bug or the OS out of resources: no member is known
+            return {
+                target.pod: MemberStatus.unknown(target.pod, describe_failure(error, target))
+                for target in targets
+            }
 
     @property
     def _late(self) -> str:
@@ -247,7 +258,10 @@ class PatroniProber:
             _request(url),
             gives_up_at=min(now + target.connect_timeout, ends_at),
         )
-        code = sock.connect_ex((host, url.port or 0))
+        try:
+            code = sock.connect_ex((host, url.port or 0))
+        except OSError as error:
+            code = error.errno or errno.EINVAL
         if code not in (0, errno.EINPROGRESS):
             sock.close()
             results[target.pod] = MemberStatus.unknown(

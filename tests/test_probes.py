@@ -431,16 +431,18 @@ class RawMember:
     until the client closes it or the bound ends; otherwise close at once.
     """
 
-    def __init__(self, answer: bytes, *, hold: bool = False) -> None:
-        self.answer, self.hold = answer, hold
-        self.sock = socket.create_server(("127.0.0.1", 0))
+    def __init__(self, answer: bytes, *, hold: bool = False, host: str = "127.0.0.1") -> None:
+        self.answer, self.hold, self.host = answer, hold, host
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.create_server((host, 0), family=family)
         self.sock.settimeout(0.1)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
     def url(self, path: str = "/primary") -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}{path}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.sock.getsockname()[1]}{path}"
 
     def _serve(self) -> None:
         ends_at = time.monotonic() + 10.0
@@ -563,3 +565,27 @@ def test_a_content_length_ends_the_read_without_waiting_for_the_close(
         raw.close()
     assert result["pg-0"].is_leader
     assert elapsed < 0.5, f"waited {elapsed:.3f} s for a close the answer did not need"
+
+
+def test_an_ipv6_member_is_probed_over_ipv6(real_prober: PatroniProber) -> None:
+    raw = RawMember(HEAD + b"\r\n" + LEADER_JSON, host="::1")
+    try:
+        status = real_prober.probe([target(raw)])["pg-0"]
+    finally:
+        raw.close()
+    assert status.is_leader, status.reason
+
+
+def test_a_round_that_fails_inside_says_so_for_every_member(
+    real_prober: PatroniProber, member: MakeMember, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing in a round may raise into the sync (the reply would be a 500 with no
+    # reason): the whole round's failure becomes each member's short, stable reason.
+    leader = member(fakes.LEADER)
+
+    def out_of_files() -> None:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr("hooks.patroni.select.poll", out_of_files)
+    status = real_prober.probe([target(leader)])["pg-0"]
+    assert (status.verdict, status.reason) == (ProbeVerdict.UNREACHABLE, "connection failed")
