@@ -188,6 +188,12 @@ def test_unrelated_variables_are_ignored() -> None:
     assert HookSettings.from_env({"PGFH_UNKNOWN": "x", "PROBE_THREADS": "1"}) == HookSettings()
 
 
+def test_a_retired_setting_is_ignored_not_refused() -> None:
+    # docs/upgrade.md: Deployments that still set PGFH_PROBE_THREADS (the probe pool is
+    # gone) keep starting; a refused start-up would turn an upgrade into an outage.
+    assert HookSettings.from_env({"PGFH_PROBE_THREADS": "64"}) == HookSettings()
+
+
 def test_settings_are_immutable() -> None:
     settings = HookSettings()
     with pytest.raises(dataclasses.FrozenInstanceError):
