@@ -589,3 +589,36 @@ def test_a_round_that_fails_inside_says_so_for_every_member(
     monkeypatch.setattr("hooks.patroni.select.poll", out_of_files)
     status = real_prober.probe([target(leader)])["pg-0"]
     assert (status.verdict, status.reason) == (ProbeVerdict.UNREACHABLE, "connection failed")
+
+
+def test_no_socket_outlives_its_round(member: MakeMember) -> None:
+    # Every way a probe can end (answer, refusal, reset, cap, timeout, deadline) must
+    # close its socket: a leak of one descriptor per failed probe would exhaust a worker's
+    # limit within hours at one resync per second.
+    prober = PatroniProber(deadline=0.3, max_body_bytes=CAP)
+    behaviours = [
+        fakes.LEADER,
+        fakes.REPLICA,
+        fakes.REFUSED,
+        fakes.HUNG,
+        fakes.DRIP,
+        fakes.RESET_MID_BODY,
+        fakes.GARBAGE,
+        fakes.huge(content_length=False),
+    ]
+    started = [member(b, name=f"pg-{i}") for i, b in enumerate(behaviours)]
+    targets = [target(f, f.name, read=0.2) for f in started]
+
+    def settle() -> int:
+        # The fakes serve from this process: count once each has closed its side.
+        for fake in started:
+            fake.release()
+            assert fake.wait_done(5.0)
+        return len(os.listdir("/proc/self/fd"))
+
+    prober.probe(targets)  # the first round may open lazily created descriptors
+    before = settle()
+    for _ in range(3):
+        result = prober.probe(targets)
+        assert result["pg-0"].is_leader
+    assert settle() == before
