@@ -19,8 +19,8 @@ thread: every member's socket is registered with one :func:`select.poll` and the
 advances whichever is ready (concurrent, not parallel: the waiting is what overlaps).
 Measured (bench/README.md, "CPU per sync"): a three-member round cost 1.2-1.5 ms of CPU in
 process with urllib3 in a shared thread pool, and costs 0.28 ms with this loop; in a loaded
-hook pod a whole sync went from 4.2-4.7 to 2.5-2.9 ms (the pool's thread hand-offs and GIL contention
-were most of the difference). The status line and headers are read with a small strict
+hook pod a whole sync went from 4.2-4.7 to 2.5-2.9 ms (the pool's thread hand-offs and GIL
+contention were most of the difference). The status line and headers are read with a small strict
 parser (:mod:`http.client` parses headers with the e-mail parser, 0.1 ms per answer);
 anything it does not accept is "not Patroni".
 
