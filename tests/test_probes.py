@@ -622,3 +622,23 @@ def test_no_socket_outlives_its_round(member: MakeMember) -> None:
         result = prober.probe(targets)
         assert result["pg-0"].is_leader
     assert settle() == before
+
+
+def test_a_member_that_never_completes_the_tls_handshake_costs_the_connect_timeout(
+    real_prober: PatroniProber,
+) -> None:
+    # TCP is accepted, the ClientHello is never answered: the handshake is part of the
+    # connect, so the target's connect timeout ends it, not the (longer) read timeout.
+    silent = RawMember(b"", hold=True)
+    https = ProbeTarget(
+        pod="pg-0",
+        url=silent.url().replace("http://", "https://"),
+        connect_timeout=0.2,
+        read_timeout=1.0,
+    )
+    try:
+        result, elapsed = timed_probe(real_prober, https)
+    finally:
+        silent.close()
+    assert result["pg-0"].reason == "connect timeout"
+    assert 0.2 <= elapsed <= 0.2 + SLACK, f"round took {elapsed:.3f} s"
