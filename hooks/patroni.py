@@ -206,7 +206,8 @@ class PatroniProber:
                 if not waiting:
                     break
                 soonest = min(e.gives_up_at for e in waiting.values())
-                for fd, _events in poller.poll(max(0.0, soonest - now) * 1000 + 1):
+                # poll() rounds a fractional millisecond up: never woken before a bound.
+                for fd, _events in poller.poll(max(0.0, soonest - now) * 1000):
                     exchange = waiting[fd]
                     status = self._advance(exchange, ends_at)
                     if status is not None:
