@@ -19,10 +19,9 @@ thread: every member's socket is registered with one :func:`select.poll` and the
 advances whichever is ready (concurrent, not parallel: the waiting is what overlaps).
 Measured (bench/README.md, "CPU per sync"): a three-member round cost 1.2-1.5 ms of CPU in
 process with urllib3 in a shared thread pool, and costs 0.28 ms with this loop; in a loaded
-hook pod a whole sync went from 4.2-4.7 to 2.5-2.9 ms (the pool's thread hand-offs and GIL
-contention were most of the difference). The status line and headers are read with a small strict
-parser (:mod:`http.client` parses headers with the e-mail parser, 0.1 ms per answer);
-anything it does not accept is "not Patroni".
+hook pod a whole sync went from 4.2-5.1 to 2.5-3.0 ms (the pool's thread hand-offs and GIL
+contention were most of the difference). What the bytes mean (the request sent, the
+answer's head and body, Patroni's verdict) is :mod:`hooks.patroni_answer`'s, pure.
 
 TLS: :mod:`ssl` on the same non-blocking socket, with the CA bundle and client certificate
 of :class:`PatroniTLS` loaded for every connection (a renewed Secret needs no restart), and
@@ -33,8 +32,6 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-import json
-import re
 import select
 import socket
 import ssl
@@ -49,17 +46,14 @@ from urllib3.util import Url
 from hooks.config import HookSettings, PatroniTLS
 from hooks.members import MemberStatus, ProbeTarget
 from hooks.model import LEADER_PATHS, field_default
+from hooks.patroni_answer import Head, read_body, read_head, request_bytes
 from hooks.policy import ProbePolicy
 from hooks.probe_failures import describe_failure
 
+#: Most bytes taken from the kernel per read.
 _CHUNK = 65536
 #: Most URL verdicts a prober remembers (a few per member of every cluster it probes).
 _CHECKED_URLS = 4096
-#: Longest status line plus headers accepted (Patroni's are ~200 bytes).
-_MAX_HEAD_BYTES = 16 * 1024
-_MAX_HEADERS = 100
-_STATUS_LINE = re.compile(rb"HTTP/1\.[01] ([1-9][0-9][0-9])(?: [^\r\n]*)?")
-_HEADER_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([^\r\n]*?)[ \t]*")
 _NONBLOCKING = getattr(socket, "SOCK_NONBLOCK", 0)
 _READ = select.POLLIN | select.POLLPRI
 _WRITE = select.POLLOUT
@@ -71,23 +65,6 @@ class Prober(Protocol):
     def probe(self, targets: Sequence[ProbeTarget]) -> dict[str, MemberStatus]:
         """Ask every target; return one status per target's pod name."""
         ...
-
-
-class _Failure(Exception):
-    """A probe that failed with a reason already worked out (internal)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class _NotPatroni(Exception):
-    """An answer that arrived but is not Patroni's (internal)."""
-
-    def __init__(self, reason: str, status: int | None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
 
 
 @dataclass(slots=True)
@@ -106,8 +83,8 @@ class _Exchange:
     handshaking: bool = False
     sent: int = 0
     received: bytearray = field(default_factory=bytearray)
-    #: Once the head is parsed: (status code, Content-Length or None, where the body starts).
-    head: tuple[int, int | None, int] | None = None
+    #: The answer's status line and headers, once they are whole.
+    head: Head | None = None
     #: What the socket waits for next (poll events).
     waits_for: int = _WRITE
 
@@ -257,7 +234,7 @@ class PatroniProber:
             target,
             url,
             sock,
-            _request(url),
+            request_bytes(url.host or "", url.port or 0, url.path or "/"),
             gives_up_at=min(now + target.connect_timeout, ends_at),
         )
         try:
@@ -276,10 +253,6 @@ class PatroniProber:
         """Do what the ready socket allows; a status once the probe is over."""
         try:
             return self._step(exchange, ends_at)
-        except _Failure as failure:
-            return MemberStatus.unknown(exchange.target.pod, failure.reason)
-        except _NotPatroni as answer:
-            return MemberStatus.not_patroni(exchange.target.pod, answer.reason, answer.status)
         except Exception as error:
             return MemberStatus.unknown(
                 exchange.target.pod,
@@ -366,94 +339,23 @@ class PatroniProber:
 
         ``complete``: the member closed the connection.
         """
-        target, data, cap = exchange.target, exchange.received, self.max_body_bytes
         if exchange.head is None:
-            end = data.find(b"\r\n\r\n")
-            if end < 0:
-                if complete:
-                    # Closed before the headers were whole (Python's http.client calls
-                    # this RemoteDisconnected, a ConnectionResetError).
-                    raise _Failure("connection reset")
-                if len(data) > _MAX_HEAD_BYTES:
-                    raise _Failure("connection failed")
-                return None
-            exchange.head = _parse_head(bytes(data[:end]), end + 4)
-        status_code, length, body_start = exchange.head
-        if length is not None and length > cap:
-            raise _NotPatroni(f"body larger than {cap} bytes", status_code)
-        body_bytes = len(data) - body_start
-        if body_bytes > cap:
-            raise _NotPatroni(f"body larger than {cap} bytes", status_code)
-        if length is not None and body_bytes >= length:
-            body = bytes(data[body_start : body_start + length])
-        elif complete and length is None:
-            body = bytes(data[body_start:])
-        elif complete:
-            raise _Failure("connection broken mid-body")
-        else:
-            return None
-        return _status(target, status_code, body)
+            head = read_head(exchange.target, exchange.received, closed=complete)
+            if not isinstance(head, Head):
+                return head
+            exchange.head = head
+        return read_body(
+            exchange.target,
+            exchange.head,
+            exchange.received,
+            closed=complete,
+            cap=self.max_body_bytes,
+        )
 
 
 def _connect_error(code: int) -> OSError:
     """The exception a blocking ``connect()`` would have raised for ``errno`` ``code``."""
     return OSError(code, errno.errorcode.get(code, "connect failed"))
-
-
-def _request(url: Url) -> bytes:
-    return (
-        f"GET {url.path} HTTP/1.1\r\nHost: {url.host}:{url.port}\r\n"
-        "Accept: application/json\r\nUser-Agent: pg-failover-hook\r\n"
-        "Connection: close\r\n\r\n"
-    ).encode("ascii")
-
-
-def _parse_head(head: bytes, body_start: int) -> tuple[int, int | None, int]:
-    """(status code, Content-Length or ``None``, body start) of an HTTP/1.x answer.
-
-    Strict on purpose: an answer that is not plain HTTP/1.x (no status line, a malformed
-    or repeated Content-Length, a transfer coding, too many headers) is not Patroni's.
-    Patroni's ``write_response`` (``patroni/api.py``) sends neither a Content-Length nor a
-    coding: its body ends when it closes the connection. A Content-Length, when one is
-    sent, ends the read early.
-    """
-    lines = head.split(b"\r\n")
-    status = _STATUS_LINE.fullmatch(lines[0])
-    if status is None or len(lines) > _MAX_HEADERS + 1:
-        raise _Failure("connection failed")
-    code = int(status.group(1))
-    length: int | None = None
-    for line in lines[1:]:
-        header = _HEADER_LINE.fullmatch(line)
-        if header is None:
-            raise _NotPatroni("malformed HTTP header", code)
-        name = header.group(1).lower()
-        if name == b"content-length":
-            value = header.group(2)
-            if not value.isdigit() or length is not None:
-                raise _NotPatroni("malformed Content-Length", code)
-            length = int(value)
-        elif name == b"transfer-encoding":
-            raise _NotPatroni("HTTP transfer coding (not Patroni)", code)
-    return code, length, body_start
-
-
-def _status(target: ProbeTarget, status_code: int, body: bytes) -> MemberStatus:
-    try:
-        document = json.loads(body)
-    except ValueError:
-        return MemberStatus.not_patroni(
-            target.pod,
-            f"HTTP {status_code} on {target.health_path} with a non-JSON body",
-            status_code,
-        )
-    return MemberStatus.from_api_response(
-        target.pod,
-        status_code,
-        document,
-        health_path=target.health_path,
-        leader_roles=target.leader_roles,
-    )
 
 
 def _tls_context(tls: PatroniTLS) -> ssl.SSLContext:
