@@ -68,6 +68,7 @@ class Kind(enum.Enum):
     STOPPING = "stopping"  # 200, state stopping: a leader that lost the DCS
     MASTER_V3 = "master_v3"  # 200, role master: Patroni 3
     RECORDED = "recorded"  # ``Behaviour.status`` with ``Behaviour.document`` as it is
+    RAW = "raw"  # ``Behaviour.answer`` byte for byte, whatever it is (HTTP or not)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,10 @@ class Behaviour:
     #: RECORDED: the status code and the JSON text to answer with.
     status: int = 200
     document: str = ""
+    #: RAW: the bytes sent, and whether the connection is then held open (as a keep-alive
+    #: server would) until released, instead of closed.
+    answer: bytes = b""
+    hold: bool = False
 
 
 LEADER = Behaviour(Kind.LEADER)
@@ -104,6 +109,11 @@ MASTER_V3 = Behaviour(Kind.MASTER_V3)
 def recorded(status: int, document: str) -> Behaviour:
     """Answer ``status`` with the JSON text ``document`` (a recorded Patroni answer)."""
     return Behaviour(Kind.RECORDED, status=status, document=document)
+
+
+def raw(answer: bytes, *, hold: bool = False) -> Behaviour:
+    """Send ``answer`` as it is; close then, or hold the connection if ``hold``."""
+    return Behaviour(Kind.RAW, answer=answer, hold=hold)
 
 
 def slow(seconds: float, answer: Behaviour = LEADER) -> Behaviour:
@@ -188,7 +198,8 @@ class FakeMember:
             self._listen(bind(self.host, self.port))
 
     def url(self, path: str = "/primary") -> str:
-        return f"http://{self.host}:{self.port}{path}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}{path}"
 
     def release(self) -> None:
         """Let the connections held so far go (they close without an answer).
@@ -321,14 +332,13 @@ class FakeMember:
         """Send the answer; True if the connection must end with a reset."""
         kind = behaviour.kind
         if kind is Kind.HUNG:
-            with self._lock:
-                release = self._release
-            ends_at = time.monotonic() + MAX_HOLD
-            while not release.wait(0.05) and not self._stop.is_set():
-                if time.monotonic() > ends_at:
-                    exchange.outcome = "held too long"
-                    return False
-            exchange.outcome = "released"
+            self._hold(exchange)
+            return False
+        if kind is Kind.RAW:
+            self._send(conn, exchange, behaviour.answer)
+            exchange.outcome = "answered"
+            if behaviour.hold:
+                self._hold(exchange)
             return False
         if behaviour.delay and self._stop.wait(behaviour.delay):
             exchange.outcome = "stopped"
@@ -359,6 +369,17 @@ class FakeMember:
         self._send(conn, exchange, response_head(status, extra) + payload)
         exchange.outcome = "answered"
         return False
+
+    def _hold(self, exchange: Exchange) -> None:
+        """Keep the connection until released, closed, or held too long."""
+        with self._lock:
+            release = self._release
+        ends_at = time.monotonic() + MAX_HOLD
+        while not release.wait(0.05) and not self._stop.is_set():
+            if time.monotonic() > ends_at:
+                exchange.outcome = "held too long"
+                return
+        exchange.outcome = "released"
 
     def _payload(self, behaviour: Behaviour) -> tuple[int, bytes]:
         kind = behaviour.kind

@@ -98,8 +98,12 @@ def response(status: int, document: object) -> bytes:
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A TCP socket bound (not listening) to ``host:port``; port 0 picks a free one."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    """A TCP socket bound (not listening) to ``host:port``; port 0 picks a free one.
+
+    ``host`` is an IPv4 or an IPv6 address (``::1``).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         # Re-binding a port right after closing it (a fake switched to "refused" and
         # back) must not trip over TIME_WAIT connections.

@@ -8,12 +8,10 @@ benchmarks; deadlines are kept at 0.5-1.0 s so the module stays fast.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import select
 import signal
-import socket
 import threading
 import time
 import warnings
@@ -50,9 +48,13 @@ def member() -> Iterator[MakeMember]:
     started: list[FakeMember] = []
 
     def make(
-        behaviour: Behaviour = fakes.LEADER, *, name: str = "pg-0", timeline: int = 1
+        behaviour: Behaviour = fakes.LEADER,
+        *,
+        name: str = "pg-0",
+        timeline: int = 1,
+        host: str = "127.0.0.1",
     ) -> FakeMember:
-        fake = FakeMember(behaviour, name=name, timeline=timeline)
+        fake = FakeMember(behaviour, name=name, timeline=timeline, host=host)
         started.append(fake)
         return fake
 
@@ -62,7 +64,7 @@ def member() -> Iterator[MakeMember]:
 
 
 def target(
-    fake: FakeMember | FullBacklog | RawMember,
+    fake: FakeMember | FullBacklog,
     pod: str = "pg-0",
     *,
     connect: float = 0.5,
@@ -424,52 +426,6 @@ def test_proxy_settings_in_the_environment_are_ignored(
 # ------------------------------------------------- answers that are not plain HTTP
 
 
-class RawMember:
-    """A loopback server that answers every connection with ``answer``, byte for byte.
-
-    ``hold``: keep the connection open after the answer (as a keep-alive server would)
-    until the client closes it or the bound ends; otherwise close at once.
-    """
-
-    def __init__(self, answer: bytes, *, hold: bool = False, host: str = "127.0.0.1") -> None:
-        self.answer, self.hold, self.host = answer, hold, host
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.sock = socket.create_server((host, 0), family=family)
-        self.sock.settimeout(0.1)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def url(self, path: str = "/primary") -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.sock.getsockname()[1]}{path}"
-
-    def _serve(self) -> None:
-        ends_at = time.monotonic() + 10.0
-        while not self._stop.is_set() and time.monotonic() < ends_at:
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                conn.settimeout(2.0)
-                request = b""
-                while b"\r\n\r\n" not in request and len(request) < 8192:
-                    chunk = conn.recv(4096)
-                    if not chunk:
-                        break
-                    request += chunk
-                conn.sendall(self.answer)
-                if self.hold:
-                    with contextlib.suppress(OSError):
-                        conn.recv(1)  # returns when the client closes, or times out
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5.0)
-        self.sock.close()
-
-
 HEAD = b"HTTP/1.0 200 OK\r\nServer: BaseHTTP/0.6 Python/3.11.2\r\n"
 LEADER_JSON = json.dumps(patroni_body("primary", name="pg-0")).encode()
 
@@ -543,36 +499,29 @@ RAW_ANSWERS = [
     ],
 )
 def test_an_answer_is_read_by_the_strict_http_rules(
-    real_prober: PatroniProber, answer: bytes, verdict: ProbeVerdict, reason: str
+    real_prober: PatroniProber,
+    member: MakeMember,
+    answer: bytes,
+    verdict: ProbeVerdict,
+    reason: str,
 ) -> None:
-    raw = RawMember(answer)
-    try:
-        status = real_prober.probe([target(raw)])["pg-0"]
-    finally:
-        raw.close()
+    status = real_prober.probe([target(member(fakes.raw(answer)))])["pg-0"]
     assert (status.verdict, status.reason) == (verdict, reason)
     assert status.patroni_answer is (verdict is ProbeVerdict.LEADER)
 
 
 def test_a_content_length_ends_the_read_without_waiting_for_the_close(
-    real_prober: PatroniProber,
+    real_prober: PatroniProber, member: MakeMember
 ) -> None:
     answer = HEAD + b"Content-Length: %d\r\n\r\n" % len(LEADER_JSON) + LEADER_JSON
-    raw = RawMember(answer, hold=True)
-    try:
-        result, elapsed = timed_probe(real_prober, target(raw, read=1.0))
-    finally:
-        raw.close()
+    holding = member(fakes.raw(answer, hold=True))
+    result, elapsed = timed_probe(real_prober, target(holding, read=1.0))
     assert result["pg-0"].is_leader
     assert elapsed < 0.5, f"waited {elapsed:.3f} s for a close the answer did not need"
 
 
-def test_an_ipv6_member_is_probed_over_ipv6(real_prober: PatroniProber) -> None:
-    raw = RawMember(HEAD + b"\r\n" + LEADER_JSON, host="::1")
-    try:
-        status = real_prober.probe([target(raw)])["pg-0"]
-    finally:
-        raw.close()
+def test_an_ipv6_member_is_probed_over_ipv6(real_prober: PatroniProber, member: MakeMember) -> None:
+    status = real_prober.probe([target(member(fakes.LEADER, host="::1"))])["pg-0"]
     assert status.is_leader, status.reason
 
 
@@ -625,20 +574,17 @@ def test_no_socket_outlives_its_round(member: MakeMember) -> None:
 
 
 def test_a_member_that_never_completes_the_tls_handshake_costs_the_connect_timeout(
-    real_prober: PatroniProber,
+    real_prober: PatroniProber, member: MakeMember
 ) -> None:
     # TCP is accepted, the ClientHello is never answered: the handshake is part of the
     # connect, so the target's connect timeout ends it, not the (longer) read timeout.
-    silent = RawMember(b"", hold=True)
+    silent = member(fakes.HUNG)
     https = ProbeTarget(
         pod="pg-0",
         url=silent.url().replace("http://", "https://"),
         connect_timeout=0.2,
         read_timeout=1.0,
     )
-    try:
-        result, elapsed = timed_probe(real_prober, https)
-    finally:
-        silent.close()
+    result, elapsed = timed_probe(real_prober, https)
     assert result["pg-0"].reason == "connect timeout"
     assert 0.2 <= elapsed <= 0.2 + SLACK, f"round took {elapsed:.3f} s"
