@@ -11,6 +11,8 @@ Service nor slice is ever dropped once created.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -49,6 +51,23 @@ def replicas_routed(rig: Rig) -> dict[str, Any]:
     return next(c for c in status["conditions"] if c["type"] == "ReplicasRouted")
 
 
+@contextmanager
+def one_replica_paused(rig: Rig) -> Iterator[tuple[str, str, str]]:
+    """(leader, paused replica, other replica): replay paused on the first replica while
+    inside, resumed on the way out."""
+    cluster = rig.cluster
+    leader = cluster.leader()
+    assert leader is not None
+    paused, other = sorted(n for n in cluster.names() if n != leader)
+    # Patroni 4 resumes a paused replay at its next HA loop unless automation is paused.
+    with cluster.maintenance_mode():
+        cluster.execute(paused, "SELECT pg_wal_replay_pause()")
+        try:
+            yield leader, paused, other
+        finally:
+            cluster.execute(paused, "SELECT pg_wal_replay_resume()")
+
+
 def test_the_read_only_endpoints_follow_a_failover(rig: Rig) -> None:
     cluster = rig.cluster
     old, _, election = rig.lose_leader("graceful", timeout=30)
@@ -79,24 +98,15 @@ def test_a_paused_replica_leaves_the_read_only_endpoints_at_once_and_comes_back(
 ) -> None:
     """Issue 10: paused replay is out by default, lag or not (on a quiet primary a paused
     replica would never fall behind). Real Patroni reports it as ``xlog.paused: true``."""
-    cluster = rig.cluster
-    leader = cluster.leader()
-    assert leader is not None
-    paused, other = sorted(n for n in cluster.names() if n != leader)
-    # Patroni 4 resumes a paused replay at its next HA loop unless automation is paused.
-    with cluster.maintenance_mode():
-        cluster.execute(paused, "SELECT pg_wal_replay_pause()")
-        try:
-            left = rig.wait_record(
-                lambda r: r.read_only == (other,),
-                timeout=15,
-                what=f"{paused} out of the read-only endpoints",
-            )
-            assert left.selected == (leader,)
-            routed = replicas_routed(rig)
-            assert f"left out: {paused} (replay paused)" in routed["message"], routed
-        finally:
-            cluster.execute(paused, "SELECT pg_wal_replay_resume()")
+    with one_replica_paused(rig) as (leader, paused, other):
+        left = rig.wait_record(
+            lambda r: r.read_only == (other,),
+            timeout=15,
+            what=f"{paused} out of the read-only endpoints",
+        )
+        assert left.selected == (leader,)
+        routed = replicas_routed(rig)
+        assert f"left out: {paused} (replay paused)" in routed["message"], routed
     rig.wait_record(
         lambda r: r.read_only == tuple(sorted((paused, other))),
         timeout=15,
@@ -109,28 +119,20 @@ def test_a_paused_replica_leaves_the_read_only_endpoints_at_once_and_comes_back(
 )
 def test_a_lagging_replica_leaves_the_read_only_endpoints_and_comes_back(rig: Rig) -> None:
     cluster = rig.cluster
-    leader = cluster.leader()
-    assert leader is not None
-    lagging, other = sorted(n for n in cluster.names() if n != leader)
-    # Patroni 4 resumes a paused replay at its next HA loop unless automation is paused.
-    with cluster.maintenance_mode():
-        cluster.execute(lagging, "SELECT pg_wal_replay_pause()")
-        try:
-            cluster.execute(leader, "CREATE TABLE IF NOT EXISTS lag_probe (n int)")
-            for n in range(3):  # each switch moves the WAL position to the next 16 MiB
-                cluster.execute(leader, "INSERT INTO lag_probe VALUES (%s)", (n,))
-                cluster.execute(leader, "SELECT pg_switch_wal()")
-            left = rig.wait_record(
-                lambda r: r.read_only == (other,),
-                timeout=15,
-                what=f"{lagging} out of the read-only endpoints",
-            )
-            assert left.selected == (leader,)
-            routed = replicas_routed(rig)
-            assert routed["status"] == "True"
-            assert f"{lagging} (replay lags more than 16 MiB)" in routed["message"]
-        finally:
-            cluster.execute(lagging, "SELECT pg_wal_replay_resume()")
+    with one_replica_paused(rig) as (leader, lagging, other):
+        cluster.execute(leader, "CREATE TABLE IF NOT EXISTS lag_probe (n int)")
+        for n in range(3):  # each switch moves the WAL position to the next 16 MiB
+            cluster.execute(leader, "INSERT INTO lag_probe VALUES (%s)", (n,))
+            cluster.execute(leader, "SELECT pg_switch_wal()")
+        left = rig.wait_record(
+            lambda r: r.read_only == (other,),
+            timeout=15,
+            what=f"{lagging} out of the read-only endpoints",
+        )
+        assert left.selected == (leader,)
+        routed = replicas_routed(rig)
+        assert routed["status"] == "True"
+        assert f"{lagging} (replay lags more than 16 MiB)" in routed["message"]
     rig.wait_record(
         lambda r: r.read_only == tuple(sorted((lagging, other))),
         timeout=15,
