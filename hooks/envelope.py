@@ -107,30 +107,26 @@ def _group_errors(value: object) -> dict[str, Any] | list[str] | None:
         return [_NOT_A_MAPPING]
     errors: dict[str, Any] = {}
     for key, objects in value.items():
-        problems: dict[str, Any] = {}
-        if not isinstance(key, str):
-            problems["key"] = ["Not a valid string."]
-        if objects is None:
-            problems["value"] = [_NOT_NULL]
-        elif not isinstance(objects, Mapping):
-            problems["value"] = [_NOT_A_MAPPING]
-        else:
-            inner: dict[str, Any] = {}
-            for name, obj in objects.items():
-                problem: dict[str, Any] = {}
-                if not isinstance(name, str):
-                    problem["key"] = ["Not a valid string."]
-                if obj is None:
-                    problem["value"] = [_NOT_NULL]
-                elif not isinstance(obj, Mapping):
-                    problem["value"] = [_NOT_A_MAPPING]
-                if problem:
-                    inner[name] = problem
+        problems = _entry_problems(key, objects)
+        if "value" not in problems:  # a mapping: its objects are checked one level down
+            inner = {name: p for name, obj in objects.items() if (p := _entry_problems(name, obj))}
             if inner:
                 problems["value"] = inner
         if problems:
             errors[key] = problems
     return errors or None
+
+
+def _entry_problems(key: object, value: object) -> dict[str, Any]:
+    """marshmallow's errors for one entry of a ``Dict(keys=String, values=<a mapping>)``."""
+    problems: dict[str, Any] = {}
+    if not isinstance(key, str):
+        problems["key"] = ["Not a valid string."]
+    if value is None:
+        problems["value"] = [_NOT_NULL]
+    elif not isinstance(value, Mapping):
+        problems["value"] = [_NOT_A_MAPPING]
+    return problems
 
 
 def check_sync_envelope(body: Mapping[str, Any]) -> Mapping[str, Any]:
