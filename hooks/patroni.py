@@ -54,7 +54,6 @@ from hooks.probe_failures import describe_failure
 _CHUNK = 65536
 #: Most URL verdicts a prober remembers (a few per member of every cluster it probes).
 _CHECKED_URLS = 4096
-_NONBLOCKING = getattr(socket, "SOCK_NONBLOCK", 0)
 _READ = select.POLLIN | select.POLLPRI
 _WRITE = select.POLLOUT
 
@@ -161,6 +160,14 @@ class PatroniProber:
         results: dict[str, MemberStatus] = {}
         waiting: dict[int, _Exchange] = {}
         poller = select.poll()
+
+        def finish(fd: int, status: MemberStatus) -> None:
+            # One request per connection, as Patroni does: nothing half-read is kept.
+            exchange = waiting.pop(fd)
+            results[exchange.target.pod] = status
+            poller.unregister(fd)
+            exchange.sock.close()
+
         try:
             for target in targets:
                 exchange = self._start(target, ends_at, results)
@@ -174,12 +181,7 @@ class PatroniProber:
                         # A timeout cut to what was left of the round is the round's
                         # deadline: one reason for the same member whatever ran out first.
                         reason = self._late if now >= ends_at else exchange.timeout_reason
-                        results[exchange.target.pod] = MemberStatus.unknown(
-                            exchange.target.pod, reason
-                        )
-                        poller.unregister(fd)
-                        del waiting[fd]
-                        exchange.sock.close()
+                        finish(fd, MemberStatus.unknown(exchange.target.pod, reason))
                 if not waiting:
                     break
                 soonest = min(e.gives_up_at for e in waiting.values())
@@ -188,12 +190,7 @@ class PatroniProber:
                     exchange = waiting[fd]
                     status = self._advance(exchange, ends_at)
                     if status is not None:
-                        # One request per connection, as Patroni does: nothing half-read
-                        # is ever kept.
-                        results[exchange.target.pod] = status
-                        poller.unregister(fd)
-                        del waiting[fd]
-                        exchange.sock.close()
+                        finish(fd, status)
                     else:
                         poller.modify(fd, exchange.waits_for)
         finally:
@@ -224,12 +221,11 @@ class PatroniProber:
         host = (url.host or "").strip("[]")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
-            sock = socket.socket(family, socket.SOCK_STREAM | _NONBLOCKING)
+            sock = socket.socket(family, socket.SOCK_STREAM)
         except OSError as error:
             results[target.pod] = MemberStatus.unknown(target.pod, describe_failure(error, target))
             return None
-        if not _NONBLOCKING:  # pragma: no cover - Linux has SOCK_NONBLOCK
-            sock.setblocking(False)
+        sock.setblocking(False)
         exchange = _Exchange(
             target,
             url,
