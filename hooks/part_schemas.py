@@ -39,6 +39,7 @@ from hooks.spec_fields import (
     SERVICE_TYPES,
     StrictBoolean,
     StrictNumber,
+    bounded_integer,
     check_labels,
     label_key,
     service_name,
@@ -56,11 +57,7 @@ class ReplicaServiceSchema(Schema):
         unknown = EXCLUDE
 
     name = service_name()
-    maxLagBytes = fields.Integer(
-        load_default=field_default(ReplicaServiceSpec, "max_lag_bytes"),
-        strict=True,
-        validate=validate.Range(min=0, max=2**63 - 1),
-    )
+    maxLagBytes = bounded_integer(field_default(ReplicaServiceSpec, "max_lag_bytes"), 0, 2**63 - 1)
     whenNoReplica = fields.String(
         load_default=field_default(ReplicaServiceSpec, "when_no_replica"),
         validate=validate.OneOf(WHEN_NO_REPLICA),
@@ -145,20 +142,10 @@ class BackupSchema(Schema):
         required=True,
         validate=[validate.Length(min=1, max=253), validate.Regexp(DNS_1123_SUBDOMAIN)],
     )
-    keep = fields.Integer(
-        load_default=field_default(BackupSpec, "keep"),
-        strict=True,
-        validate=validate.Range(min=1, max=100),
-    )
-    runAsUser = fields.Integer(
-        load_default=field_default(BackupSpec, "run_as_user"),
-        strict=True,
-        validate=validate.Range(min=1, max=2**31 - 1),
-    )
-    activeDeadlineSeconds = fields.Integer(
-        load_default=field_default(BackupSpec, "active_deadline_seconds"),
-        strict=True,
-        validate=validate.Range(min=60, max=7 * 24 * 3600),
+    keep = bounded_integer(field_default(BackupSpec, "keep"), 1, 100)
+    runAsUser = bounded_integer(field_default(BackupSpec, "run_as_user"), 1, 2**31 - 1)
+    activeDeadlineSeconds = bounded_integer(
+        field_default(BackupSpec, "active_deadline_seconds"), 60, 7 * 24 * 3600
     )
     resources = fields.Nested(ResourcesSchema, load_default=lambda: {"requests": {}, "limits": {}})
 

@@ -43,6 +43,7 @@ from hooks.spec_fields import (
     IANA_SVC_NAME,
     SERVICE_TYPES,
     StrictBoolean,
+    bounded_integer,
     check_labels,
     flatten,
     service_name,
@@ -81,11 +82,7 @@ class _PatroniSchema(Schema):
     class Meta:
         unknown = EXCLUDE
 
-    port = fields.Integer(
-        load_default=field_default(ClusterSpec, "patroni_port"),
-        strict=True,
-        validate=validate.Range(min=1, max=65535),
-    )
+    port = bounded_integer(field_default(ClusterSpec, "patroni_port"), 1, 65535)
     scheme = fields.String(
         load_default=field_default(ClusterSpec, "patroni_scheme"),
         validate=validate.OneOf(["http", "https"]),

@@ -81,6 +81,13 @@ def service_name() -> fields.String:  # pragma: no mutate block
     )
 
 
+def bounded_integer(default: int, low: int, high: int) -> fields.Integer:  # pragma: no mutate block
+    """A whole number in ``[low, high]`` (never a float or a string), ``default`` when absent."""
+    return fields.Integer(
+        load_default=default, strict=True, validate=validate.Range(min=low, max=high)
+    )
+
+
 def string_map(default: Any) -> fields.Dict:  # pragma: no mutate block (runs at import)
     """A ``{string: string}`` map (labels, annotations) loaded as ``default`` when absent."""
     return fields.Dict(keys=fields.String(), values=fields.String(), load_default=default)
