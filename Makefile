@@ -20,7 +20,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE   ?= ghcr.io/adg-io/pg-failover-hook:$(VERSION)
 DOCKER  ?= docker
 
-.PHONY: venv demo serve test lint bench clean lock image promtool mutation
+.PHONY: venv demo serve test lint bench clean lock image promtool mutation controlplane
 
 $(STAMP): pyproject.toml $(LOCK_TEST)
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { echo "Python's venv module is missing: apt-get install -y python3-venv"; exit 1; }
@@ -38,7 +38,7 @@ demo: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/gunicorn -c python:hooks.gunicorn_conf 'hooks.app:create_app()'
 
-CODE := $(wildcard hooks tests standin devcluster bench demo ops)
+CODE := $(wildcard hooks tests standin devcluster controlplane bench demo ops)
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(CODE)
@@ -46,8 +46,14 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP) lint promtool
+test: $(STAMP) lint promtool controlplane
 	$(BIN)/python -m pytest
+
+# The real Kubernetes control plane of the tests (controlplane/): kube-apiserver,
+# kube-controller-manager, kube-proxy, kubectl and etcd built from the Go modules pinned in
+# controlplane/go/, once per machine, into ~/.cache/pg-failover-hook/controlplane/<key>/.
+controlplane: $(STAMP)
+	$(BIN)/python -m controlplane build
 
 # The alert tests need promtool and prometheus (Debian's prometheus package; .ci/run installs it).
 # promtool (alert unit tests) and prometheus (the real-Prometheus failover test) come from

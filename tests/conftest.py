@@ -12,8 +12,9 @@ from hooks.app import create_app
 from hooks.config import HookSettings
 from tests.helpers import NO_AUTH, NOW, FakeProber
 
-# The real 3-member Patroni cluster (session scope): see tests/patroni_fixtures.py.
-pytest_plugins = ["tests.patroni_fixtures"]
+# The real 3-member Patroni cluster (session scope): see tests/patroni_fixtures.py; the real
+# Kubernetes control plane (session scope): tests/controlplane_fixtures.py.
+pytest_plugins = ["tests.patroni_fixtures", "tests.controlplane_fixtures"]
 
 
 @pytest.fixture
