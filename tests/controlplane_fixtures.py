@@ -8,6 +8,8 @@ kube-controller-manager from pinned Go modules, :mod:`controlplane`) as fixtures
   cause and the log to read (``pytest.exit``), rather than failing every test after it.
 * ``kube_api`` (session): a ``kubernetes`` client ``ApiClient`` as ``system:masters``;
   ``kube_rest`` (session): the same identity as plain JSON (:class:`controlplane.rest.KubeRest`).
+* ``pod_network`` (session): routable Pod IPs ``198.18.0.N`` for processes on ``127.0.0.N``
+  (:mod:`controlplane.podnet`: the server refuses loopback addresses in EndpointSlices).
 * ``kube_namespace`` (function): a namespace of the test's own, deleted afterwards.
 
 Every test that uses one is marked ``kube`` automatically, so ``-m "not kube"`` deselects them.
@@ -23,9 +25,10 @@ import pytest
 from kubernetes import client, config
 
 from controlplane import ControlPlane, ControlPlaneError, start_control_plane
+from controlplane.podnet import ensure_pod_network
 from controlplane.rest import KubeRest
 
-_FIXTURES = {"control_plane", "kube_api", "kube_rest", "kube_namespace"}
+_FIXTURES = {"control_plane", "kube_api", "kube_rest", "kube_namespace", "pod_network"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -45,6 +48,14 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         yield plane
     finally:
         plane.stop()
+
+
+@pytest.fixture(scope="session")
+def pod_network() -> None:
+    try:
+        ensure_pod_network()
+    except ControlPlaneError as error:
+        pytest.exit(f"the test Pod network could not be set up: {error}", returncode=3)
 
 
 @pytest.fixture(scope="session")

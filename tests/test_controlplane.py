@@ -19,6 +19,7 @@ from kubernetes import client
 from controlplane import ControlPlane, ControlPlaneError, binaries, servers
 from controlplane.binaries import PROGRAMS, pinned_version
 from controlplane.kubelet import POD_IP_ANNOTATION, KubeletStandIn
+from controlplane.podnet import loopback_ip, pod_ip
 from controlplane.rest import KubeRest
 
 NODE = "pgfh-node-0"
@@ -101,11 +102,25 @@ def test_the_kubelet_stand_in_reports_readiness_from_the_pods_probe(
     kube_api: client.ApiClient,
     kube_rest: KubeRest,
     kube_namespace: str,
+    pod_network: None,
     readiness_server: tuple[str, int, threading.Event],
 ) -> None:
-    host, port, healthy = readiness_server
+    """Ready follows the Pod's readiness probe, sent to the Pod IP (198.18.0.1 stands for the
+    fake's 127.0.0.1), and the real endpointslice controller follows Ready."""
+    loopback, port, healthy = readiness_server
+    host = pod_ip(loopback)
     core = client.CoreV1Api(kube_api)
+    discovery = client.DiscoveryV1Api(kube_api)
     probe = {"httpGet": {"path": "/readiness", "port": port}, "periodSeconds": 1}
+    service = {"selector": {"app": "m"}, "ports": [{"port": port}]}
+    core.create_namespaced_service(kube_namespace, {"metadata": {"name": "m"}, "spec": service})
+
+    def listed() -> list[tuple[list[str], bool]]:
+        slices = discovery.list_namespaced_endpoint_slice(
+            kube_namespace, label_selector="kubernetes.io/service-name=m"
+        ).items
+        return [(e.addresses, bool(e.conditions.ready)) for s in slices for e in s.endpoints or []]
+
     with KubeletStandIn(kube_rest, NODE):
         core.create_namespaced_pod(kube_namespace, _pod("member-0", host, {"app": "m"}, probe))
         pod = wait_for(
@@ -117,11 +132,14 @@ def test_the_kubelet_stand_in_reports_readiness_from_the_pods_probe(
         assert [ip.ip for ip in pod.status.pod_ips] == [host]
         time.sleep(1.5)  # a failing probe keeps it not Ready
         assert _ready(core, kube_namespace, "member-0") is False
+        assert listed() == [([host], False)]
         healthy.set()
         wait_for(lambda: _ready(core, kube_namespace, "member-0"), 10, "Ready after 200")
+        wait_for(lambda: listed() == [([host], True)], 10, "the slice to list it ready")
         healthy.clear()
         # failureThreshold 3 at 1 s: not Ready within about 3 s, not at once
         wait_for(lambda: _ready(core, kube_namespace, "member-0") is False, 10, "not Ready")
+        wait_for(lambda: listed() == [([host], False)], 10, "the slice to list it not ready")
 
 
 def test_endpoint_slices_list_pods_of_the_node_and_the_server_refuses_loopback(
@@ -225,3 +243,12 @@ def test_a_failed_build_names_the_module_and_its_log(
     log_file = Path(message.rsplit("see ", 1)[1])
     assert "missing go.sum entry" in log_file.read_text()
     assert not list((tmp_path / "cache" / "controlplane").glob("*/.complete"))
+
+
+def test_pod_ips_stand_for_loopback_addresses_one_to_one() -> None:
+    assert pod_ip("127.0.0.2") == "198.18.0.2"
+    assert loopback_ip("198.18.0.254") == "127.0.0.254"
+    with pytest.raises(ValueError):
+        pod_ip("10.0.0.2")
+    with pytest.raises(ValueError):
+        loopback_ip("127.0.0.2")
