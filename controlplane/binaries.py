@@ -1,8 +1,9 @@
 """The control plane's programs, built once per machine from the Go modules pinned here.
 
-kube-apiserver, kube-controller-manager, kube-proxy, kubectl (Go module ``k8s.io/kubernetes``)
-and etcd (``go.etcd.io/etcd/server/v3``) are test infrastructure only: the product stays pure
-Python. Their versions are pinned by the two consumer modules in ``controlplane/go/`` (go.mod
+kube-apiserver, kube-controller-manager, kube-proxy, kubectl (Go module ``k8s.io/kubernetes``),
+etcd (``go.etcd.io/etcd/server/v3``) and kube-state-metrics (``k8s.io/kube-state-metrics/v2``,
+for the monitoring kit's per-cluster series) are test infrastructure only: the product stays pure
+Python. Their versions are pinned by the consumer modules in ``controlplane/go/`` (go.mod
 and go.sum committed; ``k8s.io/kubernetes`` cannot be ``go install``-ed, so its module replaces
 every staging module with the published one of the same minor, as sigs.k8s.io/scheduler-plugins
 does for kube-scheduler).
@@ -41,6 +42,7 @@ PROGRAMS: Mapping[str, tuple[str, str]] = {
     "kube-controller-manager": ("kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager"),
     "kube-proxy": ("kubernetes", "k8s.io/kubernetes/cmd/kube-proxy"),
     "kubectl": ("kubernetes", "k8s.io/kubernetes/cmd/kubectl"),
+    "kube-state-metrics": ("kube-state-metrics", "k8s.io/kube-state-metrics/v2"),
 }
 #: Static, stripped, reproducible: the flags are part of the cache key.
 BUILD_FLAGS = ("-trimpath", "-mod=readonly")
