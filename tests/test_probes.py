@@ -12,6 +12,7 @@ import json
 import os
 import select
 import signal
+import socket
 import threading
 import time
 import warnings
@@ -258,6 +259,110 @@ def test_a_dripping_member_does_not_starve_the_next_round(member: MakeMember) ->
     assert first["pg-0"].reason == LATE
     assert second["pg-1"].is_leader, second["pg-1"].reason
     assert elapsed <= DEADLINE + SLACK
+
+
+class Trickler:
+    """A member that answers every request with a head that never ends, a byte every 50 ms.
+
+    requests' read timeout bounds each recv, not the answer, so only the round's own
+    deadline can end such a probe. Each connection is served at most 10 s; every moment a
+    connection was seen closed by the client is recorded.
+    """
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.listener.settimeout(0.05)
+        self.port = self.listener.getsockname()[1]
+        self.closed_after: list[float] = []
+        self.stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._accepting = threading.Thread(target=self._accept, daemon=True)
+        self._accepting.start()
+
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/primary"
+
+    def _accept(self) -> None:
+        while not self.stop.is_set() and len(self._threads) < 200:
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(2.0)
+            conn.recv(4096)
+            started = time.monotonic()
+            try:
+                conn.sendall(b"HTTP/1.0 200 OK\r\nX-Slow: ")
+                for _ in range(200):
+                    if self.stop.wait(0.05):
+                        return
+                    conn.sendall(b"a")
+            except OSError:
+                self.closed_after.append(time.monotonic() - started)
+
+    def close(self) -> None:
+        self.stop.set()
+        self._accepting.join(5.0)
+        for thread in self._threads:
+            thread.join(5.0)
+        self.listener.close()
+
+
+@pytest.fixture
+def trickler() -> Iterator[Trickler]:
+    server = Trickler()
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("kind", ["hung", "drip", "trickling-head"])
+def test_a_stalling_member_probed_round_after_round_never_makes_a_round_wait(
+    member: MakeMember, trickler: Trickler, kind: str
+) -> None:
+    # Three pool threads for three members: if a stalled probe kept its thread past its
+    # round (a member that trickles its head would keep it for 10 s), the next round's
+    # leader would queue for a thread and miss its deadline.
+    deadline = 0.3
+    prober = PatroniProber(deadline=deadline, threads=3)
+    leader = member(fakes.LEADER, name="pg-1")
+    replica = member(fakes.REPLICA, name="pg-2")
+    stalling = (
+        ProbeTarget("pg-0", trickler.url(), 0.5, 5.0)
+        if kind == "trickling-head"
+        else target(member(fakes.HUNG if kind == "hung" else fakes.DRIP), "pg-0", read=5.0)
+    )
+    targets = [stalling, target(leader, "pg-1", read=5.0), target(replica, "pg-2", read=5.0)]
+    for round_ in range(12):
+        result, elapsed = timed_probe(prober, *targets)
+        assert elapsed <= deadline + SLACK, f"round {round_} took {elapsed:.3f} s"
+        assert result["pg-0"].reason == f"no answer within the {deadline:g} s probe deadline"
+        assert result["pg-1"].is_leader, (round_, result["pg-1"].reason)
+        assert result["pg-2"].verdict is ProbeVerdict.NOT_LEADER, (round_, result["pg-2"])
+    prober.close()
+
+
+def test_a_member_that_trickles_its_headers_is_cut_off_at_the_deadline(
+    trickler: Trickler,
+) -> None:
+    # A byte every 50 ms under a 1 s read timeout would never time out. The round ends it
+    # at its deadline, and the member sees the connection closed then, not in 10 s.
+    prober = PatroniProber(deadline=DEADLINE)
+    started = time.monotonic()
+    status = prober.probe([ProbeTarget("pg-0", trickler.url(), 0.5, 1.0)])["pg-0"]
+    elapsed = time.monotonic() - started
+    assert status.reason == LATE
+    assert elapsed <= DEADLINE + SLACK
+    waited = 0.0
+    while not trickler.closed_after and waited < 2.0:
+        time.sleep(0.05)
+        waited += 0.05
+    assert trickler.closed_after and trickler.closed_after[0] <= DEADLINE + 0.3
 
 
 # ------------------------------------------------------------ redirects, body cap
