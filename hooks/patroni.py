@@ -412,7 +412,9 @@ class PatroniProber:
         self.tls = tls or PatroniTLS()
         self.threads = threads
         self.contexts = TLSContexts(self.tls)
-        self._checked: dict[str, tuple[str | None, Url | None]] = {}
+        self._checked: dict[
+            str, tuple[str | None, Url | None, requests.PreparedRequest | None]
+        ] = {}
         self._lock = threading.Lock()
         self._pools: _Pools | None = None
         _probers.add(self)
@@ -534,8 +536,8 @@ class PatroniProber:
 
     def _exchange(self, probe: _Probe, answered: list[bool]) -> MemberStatus:
         target = probe.target
-        refused, url = self._check(target.url)
-        if url is None:
+        refused, url, request = self._check(target.url)
+        if url is None or request is None:
             return MemberStatus.unknown(target.pod, refused or "refused")
         if url.scheme == "https":
             probe.context = self.contexts.context()
@@ -543,8 +545,8 @@ class PatroniProber:
         if remaining <= 0:
             return MemberStatus.unknown(target.pod, self._late)
         session = self._pools_here().session
-        response = session.get(
-            target.url,
+        response = session.send(
+            request.copy(),
             timeout=(min(target.connect_timeout, remaining), min(target.read_timeout, remaining)),
             allow_redirects=False,
             stream=True,
@@ -582,12 +584,17 @@ class PatroniProber:
             return MemberStatus.unknown(target.pod, self._late)
         return status_from_body(target, code, bytes(body))
 
-    def _check(self, url: str) -> tuple[str | None, Url | None]:
+    def _check(self, url: str) -> tuple[str | None, Url | None, requests.PreparedRequest | None]:
         # The same members are probed every second: remember each URL's verdict (the
-        # policy is fixed for this prober; the check is pure).
+        # policy is fixed for this prober; the check is pure) and its prepared GET
+        # (preparing one is a fifth of a probe's CPU; each probe sends a copy).
         checked = self._checked.get(url)
         if checked is None:
-            checked = _checked(url, self.policy)
+            refused, parsed = _checked(url, self.policy)
+            request = None
+            if parsed is not None:
+                request = requests.Request("GET", url, headers=_HEADERS).prepare()
+            checked = (refused, parsed, request)
             if len(self._checked) >= _CHECKED_URLS:
                 self._checked.clear()
             self._checked[url] = checked
