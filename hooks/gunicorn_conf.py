@@ -3,10 +3,11 @@
 Run: ``gunicorn -c python:hooks.gunicorn_conf 'hooks.app:create_app()'``.
 
 The hook spends its time waiting on Patroni, so workers are threaded (gthread): each
-request thread runs its own probe round (one poll loop, no pool; a member that never
-answers holds that thread for the probe deadline). gunicorn's ``timeout`` is only a heartbeat
-for gthread workers; the real bound of a request is the probe deadline
-(``PGFH_PROBE_DEADLINE_SECONDS``, 2 s), well inside Metacontroller's 5 s webhook timeout.
+request thread runs a probe round (its probes in the prober's thread pool; a member that
+never answers holds the request thread, and one pool thread, for the probe deadline).
+gunicorn's ``timeout`` is only a heartbeat for gthread workers; the real bound of a request
+is the probe deadline (``PGFH_PROBE_DEADLINE_SECONDS``, 2 s), well inside Metacontroller's
+5 s webhook timeout.
 
 Shutdown budget (Kubernetes counts the grace period from before preStop):
 preStop sleep 5 s + ``graceful_timeout`` 20 s + margin < terminationGracePeriodSeconds 30 s.

@@ -10,52 +10,80 @@ end up in a status condition, and a message that changes on every sync would mak
 Metacontroller write the status again and again).
 
 Modelled on Patroni's own ``fetch_nodes_statuses`` (``patroni/ha.py``): fixed small
-timeouts, no retries (the next resync is the retry).
+timeouts, no retries (the next resync is the retry), a thread pool.
 
-**Why not an HTTP client library.** Patroni's API server speaks HTTP/1.0 and closes every
-connection, so nothing can be pooled: a probe is connect, one small request, read until
-the answer is complete, close. The round is one non-blocking loop in the request's own
-thread: every member's socket is registered with one :func:`select.poll` and the loop
-advances whichever is ready (concurrent, not parallel: the waiting is what overlaps).
-Measured (bench/README.md, "CPU per sync"): a three-member round cost 1.2-1.5 ms of CPU in
-process with urllib3 in a shared thread pool, and costs 0.28 ms with this loop; in a loaded
-hook pod a whole sync went from 4.2-5.1 to 2.5-3.0 ms (the pool's thread hand-offs and GIL
-contention were most of the difference). What the bytes mean (the request sent, the
-answer's head and body, Patroni's verdict) is :mod:`hooks.patroni_answer`'s, pure.
+The HTTP client is **requests** (HTTP/1.x and TLS are its and urllib3's, not ours): one
+``Session`` per process with ``trust_env=False`` (no proxy, netrc or CA bundle from the
+environment), no redirect followed (nor looked at: see :class:`_Session`), no cookies kept,
+``stream=True`` with a body read capped at ``max_body_bytes``, ``(connect, read)`` timeouts
+cut to what is left of the round. What the parsed answer means is
+:mod:`hooks.patroni_answer`'s, pure.
 
-TLS: :mod:`ssl` on the same non-blocking socket, with the CA bundle and client certificate
-of :class:`PatroniTLS` loaded for every connection (a renewed Secret needs no restart), and
-``spec.patroni.tls.serverName`` as SNI and the name checked, else the pod IP.
+**The deadline is enforced here, not by the timeouts.** requests' read timeout bounds each
+``recv``: a member that sends a byte every 0.3 s is never "timed out". Each probe runs in a
+pool thread; the round waits for them until its deadline, answers, and then shuts down the
+socket of every probe still running (:class:`_Probe`), so a trickling or hung member holds
+its pool thread no longer than the round that asked it. A pool thread is therefore held at
+most one deadline per probe, and the pool (``threads``) only has to hold the probes that can
+be in flight at once in one process: one per member of every round in progress.
+
+TLS: one :class:`ssl.SSLContext` per set of files (:class:`TLSContexts`), verified against
+the CA bundle (``check_hostname``: the pod IP, or ``spec.patroni.tls.serverName`` as SNI and
+the name checked), with the client certificate; rebuilt when a file changes (inode, size or
+mtime), so a renewed Secret is used without a restart and without a context per connection.
 """
 
 from __future__ import annotations
 
-import errno
+import contextlib
+import contextvars
 import ipaddress
-import select
+import logging
+import os
 import socket
 import ssl
+import threading
 import time
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from http.cookiejar import DefaultCookiePolicy
+from typing import Any, Protocol
 
+import requests
 import urllib3
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.util import Url
 
 from hooks.config import HookSettings, PatroniTLS
 from hooks.members import MemberStatus, ProbeTarget
 from hooks.model import LEADER_PATHS, field_default
-from hooks.patroni_answer import Head, read_body, read_head, request_bytes
+from hooks.patroni_answer import head_verdict, status_from_body, too_large
 from hooks.policy import ProbePolicy
 from hooks.probe_failures import describe_failure
 
-#: Most bytes taken from the kernel per read.
-_CHUNK = 65536
+log = logging.getLogger(__name__)
+
+#: Most bytes taken per read of the body.
+_CHUNK = 16384
 #: Most URL verdicts a prober remembers (a few per member of every cluster it probes).
 _CHECKED_URLS = 4096
-_READ = select.POLLIN | select.POLLPRI
-_WRITE = select.POLLOUT
+#: How long a round waits, after its deadline, for the probes it cut off to close their
+#: sockets (they do within a millisecond once their socket is shut down).
+_GRACE = 0.05
+#: Connection pools kept (one per member address and serverName; each only recycles a
+#: connection object: every probe closes its connection, as Patroni does).
+_POOLS = 1024
+#: The request's headers, exactly (requests' defaults would add Accept-Encoding, and
+#: ``Connection: keep-alive`` where Patroni closes every connection anyway).
+_HEADERS = {
+    "User-Agent": "pg-failover-hook",
+    "Accept": "application/json",
+    "Connection": "close",
+}
 
 
 class Prober(Protocol):
@@ -66,43 +94,307 @@ class Prober(Protocol):
         ...
 
 
-@dataclass(slots=True)
-class _Exchange:
-    """One member's probe while the round runs: its socket and how far it got."""
+class _Failure(Exception):
+    """A probe that failed with a reason already worked out (internal)."""
 
-    target: ProbeTarget
-    url: Url
-    sock: socket.socket | ssl.SSLSocket
-    request: bytes
-    #: When the current wait gives up: the connect (and TLS handshake) timeout, then the
-    #: read timeout after every byte received, never past the round's end.
-    gives_up_at: float
-    timeout_reason: str = "connect timeout"
-    connected: bool = False
-    handshaking: bool = False
-    sent: int = 0
-    received: bytearray = field(default_factory=bytearray)
-    #: The answer's status line and headers, once they are whole.
-    head: Head | None = None
-    #: What the socket waits for next (poll events).
-    waits_for: int = _WRITE
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+# ---------------------------------------------------------------- one probe in flight
+
+
+class _Probe:
+    """One member's probe while it runs: its socket, so that the round can cut it off.
+
+    The worker attaches each socket it opens (:class:`_Connection`, :class:`_TLSSocket`);
+    the round calls :meth:`cut` at its deadline, which shuts the socket down: a ``recv``
+    blocked in another thread returns at once. Under the lock, so a socket is never shut
+    down after its probe has finished with it.
+    """
+
+    __slots__ = ("_lock", "_sock", "connected", "context", "cut_off", "ends_at", "target")
+
+    def __init__(self, target: ProbeTarget, ends_at: float) -> None:
+        self.target = target
+        self.ends_at = ends_at
+        #: The TLS context of an https probe (its files as they are now).
+        self.context: ssl.SSLContext | None = None
+        #: The TCP connection (and TLS handshake) is up: a timeout now is the read's.
+        self.connected = False
+        self.cut_off = False
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+
+    def attach(self, sock: socket.socket) -> None:
+        """The probe now talks over ``sock``; shut it at once if the round has ended."""
+        with self._lock:
+            self._sock = sock
+            if self.cut_off:
+                _shutdown(sock)
+
+    def cut(self) -> None:
+        """The round has ended without this probe's answer: stop its I/O now."""
+        with self._lock:
+            self.cut_off = True
+            if self._sock is not None:
+                _shutdown(self._sock)
+
+    def finish(self) -> None:
+        """The worker is done with the probe (its sockets are closed or about to be)."""
+        with self._lock:
+            self._sock = None
+
+
+def _shutdown(sock: socket.socket) -> None:
+    # socket.socket's own shutdown, also for an SSLSocket: SSLSocket.shutdown would drop
+    # its SSL object under the thread that is reading with it.
+    with contextlib.suppress(OSError):  # closed already, or never connected
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+#: The probe the current pool thread runs (the connection classes attach to it).
+_running = threading.local()
+
+
+def _current() -> _Probe | None:
+    probe: _Probe | None = getattr(_running, "probe", None)
+    return probe
+
+
+class _TLSSocket(ssl.SSLSocket):
+    """An SSLSocket that is attached to its probe before the handshake starts.
+
+    ``SSLContext.sslsocket_class`` (public since Python 3.7) makes the context's
+    ``wrap_socket`` return this class: a member that trickles its handshake is cut off at
+    the round's deadline like one that trickles its answer.
+    """
+
+    def do_handshake(self, block: bool = False) -> None:
+        probe = _current()
+        if probe is not None:
+            probe.attach(self)
+        super().do_handshake(block)
+
+
+class _Connection(HTTPConnection):
+    def connect(self) -> None:
+        super().connect()
+        _connected(self.sock)
+
+
+class _TLSConnection(HTTPSConnection):
+    def connect(self) -> None:
+        super().connect()
+        _connected(self.sock)
+
+
+def _connected(sock: Any) -> None:
+    probe = _current()
+    if probe is not None and isinstance(sock, socket.socket):
+        probe.attach(sock)
+        probe.connected = True
+
+
+class _Pool(HTTPConnectionPool):
+    ConnectionCls = _Connection
+
+
+class _TLSPool(HTTPSConnectionPool):
+    ConnectionCls = _TLSConnection
+
+
+# ----------------------------------------------------------------------------- TLS
+
+
+class TLSContexts:
+    """One client :class:`ssl.SSLContext` for the files of a :class:`PatroniTLS`.
+
+    Built on first use, and again whenever a file's inode, size or mtime changes (a Secret
+    volume swaps a symlink to a new directory: a new inode), so a renewed CA bundle or client
+    certificate is used from the next probe on. Building costs 0.25 ms with a CA file,
+    0.8 ms with a client certificate, ~20 ms with the system roots: once per change, not
+    once per connection. A file that cannot be read or loaded is every https probe's
+    reason, naming the setting, until it is fixed.
+    """
+
+    def __init__(self, tls: PatroniTLS) -> None:
+        self.tls = tls
+        self._lock = threading.Lock()
+        self._built: tuple[tuple[object, ...], ssl.SSLContext | str] | None = None
+
+    def context(self) -> ssl.SSLContext:
+        """The context for the files as they are now; :class:`_Failure` if unusable."""
+        signature = self._signature()
+        if isinstance(signature, str):
+            raise _Failure(signature)
+        built = self._built
+        if built is None or built[0] != signature:
+            with self._lock:
+                built = self._built
+                if built is None or built[0] != signature:
+                    built = (signature, self._build())
+                    self._built = built
+        if isinstance(built[1], str):
+            raise _Failure(built[1])
+        return built[1]
+
+    def problem(self) -> str | None:
+        """Why https probes fail with these files, or ``None`` (start-up check)."""
+        try:
+            self.context()
+        except _Failure as failure:
+            return failure.reason
+        return None
+
+    def _files(self) -> list[tuple[str, str]]:
+        tls = self.tls
+        files = [("PGFH_PATRONI_CA_FILE", tls.ca_file)]
+        if tls.client_cert_file and tls.client_key_file:
+            files += [
+                ("PGFH_PATRONI_CLIENT_CERT_FILE", tls.client_cert_file),
+                ("PGFH_PATRONI_CLIENT_KEY_FILE", tls.client_key_file),
+            ]
+        return [(setting, path) for setting, path in files if path]
+
+    def _signature(self) -> tuple[object, ...] | str:
+        signature: list[object] = []
+        for setting, path in self._files():
+            try:
+                stat = os.stat(path)
+            except OSError as error:
+                return f"TLS: cannot read {setting} {path} ({error.strerror})"
+            signature.append((stat.st_ino, stat.st_size, stat.st_mtime_ns))
+        return tuple(signature)
+
+    def _build(self) -> ssl.SSLContext | str:
+        tls = self.tls
+        try:
+            context = ssl.create_default_context(cafile=tls.ca_file)
+        except (OSError, ssl.SSLError):
+            return f"TLS: no CA certificate could be loaded from PGFH_PATRONI_CA_FILE {tls.ca_file}"
+        if tls.client_cert_file and tls.client_key_file:
+            try:
+                context.load_cert_chain(tls.client_cert_file, tls.client_key_file)
+            except (OSError, ssl.SSLError):
+                return (
+                    "TLS: the client certificate could not be loaded "
+                    "(PGFH_PATRONI_CLIENT_CERT_FILE / PGFH_PATRONI_CLIENT_KEY_FILE)"
+                )
+        # check_hostname stays on (the default): OpenSSL checks the pod IP, or the
+        # serverName sent as SNI, while it verifies the chain. urllib3 only checks names
+        # itself when asked to assert another one, and it would switch check_hostname
+        # off on this shared context to do so.
+        context.sslsocket_class = _TLSSocket
+        return context
+
+
+# -------------------------------------------------------------------- requests glue
+
+
+class _Adapter(HTTPAdapter):
+    """requests' adapter with the probe's TLS context and serverName, and cut-off sockets.
+
+    Every https pool gets the probe's :class:`ssl.SSLContext` and, with a serverName, that
+    name as ``server_hostname`` (SNI and the name OpenSSL checks); both are part of
+    urllib3's pool key, so a rotated context or another cluster's name gets its own pools.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(pool_connections=_POOLS, pool_maxsize=2, max_retries=0)
+
+    def init_poolmanager(
+        self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any
+    ) -> None:
+        super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _Pool, "https": _TLSPool}
+
+    def build_connection_pool_key_attributes(
+        self, request: requests.PreparedRequest, verify: Any, cert: Any = None
+    ) -> tuple[Any, Any]:
+        host_params, pool_kwargs = super().build_connection_pool_key_attributes(
+            request, verify, cert
+        )
+        probe = _current()
+        if host_params.get("scheme") != "https" or probe is None:
+            return host_params, pool_kwargs
+        tls: dict[str, Any] = {"ssl_context": probe.context, "cert_reqs": "CERT_REQUIRED"}
+        if probe.target.server_name:
+            tls["server_hostname"] = probe.target.server_name
+        return host_params, tls
+
+    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
+        """Nothing per connection: the context holds the CA bundle and client certificate.
+
+        requests' own would set a CA file on the pool (its certifi bundle at least), which
+        urllib3 then loads into the shared context for every connection.
+        """
+
+
+class _Session(requests.Session):
+    """A Session that never looks at a redirect.
+
+    With ``allow_redirects=False`` requests still works out where a 3xx would go (for
+    ``Response.next``) and reads the whole body to do so, whatever its size: here a
+    redirect has no target, so the body is read like any other, capped.
+    """
+
+    def get_redirect_target(self, resp: requests.Response) -> str | None:
+        return None
+
+
+def _session() -> requests.Session:
+    session = _Session()
+    session.trust_env = False  # no proxies, netrc or REQUESTS_CA_BUNDLE from the environment
+    session.headers.clear()
+    session.headers.update(_HEADERS)
+    # A member's Set-Cookie must never travel to another member.
+    session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
+    adapter = _Adapter()
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+# ------------------------------------------------------------------------ the prober
+
+#: Probers of this process: their pools are dropped in a forked child (threads do not
+#: survive a fork, and two processes must not share connections).
+_probers: weakref.WeakSet[PatroniProber] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for prober in list(_probers):
+        prober._forget()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pools:
+    executor: ThreadPoolExecutor
+    session: requests.Session
 
 
 class PatroniProber:
-    """Concurrent, bounded probes on non-blocking sockets, one poll loop per round.
+    """Concurrent, bounded probes through :mod:`requests` in a thread pool.
 
     The defaults are :class:`~hooks.config.HookSettings`' (the operator's ``PGFH_*``).
-    The prober holds no connection and no thread: any number of request threads may
-    call :meth:`probe` at once, and a forked worker needs nothing rebuilt.
+    Any number of request threads may call :meth:`probe` at once; the pool and the
+    Session are made on first use in the process that uses them (gunicorn forks).
 
     :param deadline: the bound of one whole round, in seconds.
     :param max_body_bytes: the largest body read from a member (Patroni's is ~1 KiB).
     :param policy: checked again for every target just before connecting (the targets
         were planned under it already: this is the second lock on the same door). Without
         one, only the shape of each target is checked.
-    :param tls: CA bundle and client certificate for ``https`` members. Files are read
-        for every connection (Patroni closes each one), so renewed files in a mounted
-        Secret are used without a restart.
+    :param tls: CA bundle and client certificate for ``https`` members (see
+        :class:`TLSContexts`).
+    :param threads: the most probes in flight at once in this process. Each holds its
+        thread one deadline at most, so 256 lets 16 request threads probe 16 members
+        each at the same time; threads are started only when that many are needed.
     """
 
     def __init__(
@@ -112,43 +404,74 @@ class PatroniProber:
         max_body_bytes: int = field_default(HookSettings, "max_probe_body_bytes"),
         policy: ProbePolicy | None = None,
         tls: PatroniTLS | None = None,
+        threads: int = 256,
     ):
         self.deadline = deadline
         self.max_body_bytes = max_body_bytes
         self.policy = policy
         self.tls = tls or PatroniTLS()
-        self._checked: dict[str, tuple[str | None, Url | None]] = {}
+        self.threads = threads
+        self.contexts = TLSContexts(self.tls)
+        self._checked: dict[
+            str, tuple[str | None, Url | None, requests.PreparedRequest | None]
+        ] = {}
+        self._lock = threading.Lock()
+        self._pools: _Pools | None = None
+        _probers.add(self)
 
     @classmethod
     def from_settings(cls, settings: HookSettings) -> PatroniProber:
-        """The prober the hook runs with these settings (the app and the benchmarks)."""
-        return cls(
+        """The prober the hook runs with these settings (the app and the benchmarks).
+
+        Unusable TLS files are logged here, once, as well as being every https probe's
+        reason (the hook may serve clusters that do not use TLS: it starts anyway).
+        """
+        prober = cls(
             deadline=settings.probe_deadline,
             max_body_bytes=settings.max_probe_body_bytes,
             policy=settings.probe_policy,
             tls=settings.patroni_tls,
         )
+        if prober.contexts._files():
+            problem = prober.contexts.problem()
+            if problem is not None:
+                log.error("https members cannot be probed: %s", problem)
+        return prober
+
+    def close(self) -> None:
+        """Stop the pool and drop the connections (tests and shutdown)."""
+        with self._lock:
+            pools, self._pools = self._pools, None
+        if pools is not None:
+            pools.executor.shutdown(wait=False, cancel_futures=True)
+            pools.session.close()
+
+    def _forget(self) -> None:
+        # In a forked child: the parent's threads are gone and its lock may be held.
+        self._lock = threading.Lock()
+        self._pools = None
+
+    def _pools_here(self) -> _Pools:
+        pools = self._pools
+        if pools is not None:
+            return pools
+        with self._lock:
+            if self._pools is None:
+                self._pools = _Pools(
+                    ThreadPoolExecutor(self.threads, thread_name_prefix="patroni-probe"),
+                    _session(),
+                )
+            return self._pools
 
     def probe(self, targets: Sequence[ProbeTarget]) -> dict[str, MemberStatus]:
         """Ask every target concurrently; return within about ``deadline`` seconds."""
         if not targets:
             return {}
-        return self._guarded_round(targets, time.monotonic() + self.deadline)
+        return self._round(targets, time.monotonic() + self.deadline)
 
     def probe_one(self, target: ProbeTarget, ends_at: float) -> MemberStatus:
         """One bounded GET that gives up at ``ends_at`` (``time.monotonic``); never raises."""
-        return self._guarded_round([target], ends_at)[target.pod]
-
-    def _guarded_round(
-        self, targets: Sequence[ProbeTarget], ends_at: float
-    ) -> dict[str, MemberStatus]:
-        try:
-            return self._round(targets, ends_at)
-        except Exception as error:  # a bug or the OS out of resources: no member is known
-            return {
-                target.pod: MemberStatus.unknown(target.pod, describe_failure(error, target))
-                for target in targets
-            }
+        return self._round([target], ends_at)[target.pod]
 
     @property
     def _late(self) -> str:
@@ -157,209 +480,147 @@ class PatroniProber:
     # ------------------------------------------------------------------ the round
 
     def _round(self, targets: Sequence[ProbeTarget], ends_at: float) -> dict[str, MemberStatus]:
-        results: dict[str, MemberStatus] = {}
-        waiting: dict[int, _Exchange] = {}
-        poller = select.poll()
-
-        def finish(fd: int, status: MemberStatus) -> None:
-            # One request per connection, as Patroni does: nothing half-read is kept.
-            exchange = waiting.pop(fd)
-            results[exchange.target.pod] = status
-            poller.unregister(fd)
-            exchange.sock.close()
-
         try:
+            executor = self._pools_here().executor
+            running: dict[str, tuple[_Probe, Future[MemberStatus]]] = {}
             for target in targets:
-                exchange = self._start(target, ends_at, results)
-                if exchange is not None:
-                    waiting[exchange.sock.fileno()] = exchange
-                    poller.register(exchange.sock, exchange.waits_for)
-            while waiting:
-                now = time.monotonic()
-                for fd, exchange in list(waiting.items()):
-                    if now >= exchange.gives_up_at:
-                        # A timeout cut to what was left of the round is the round's
-                        # deadline: one reason for the same member whatever ran out first.
-                        reason = self._late if now >= ends_at else exchange.timeout_reason
-                        finish(fd, MemberStatus.unknown(exchange.target.pod, reason))
-                if not waiting:
-                    break
-                soonest = min(e.gives_up_at for e in waiting.values())
-                # poll() rounds a fractional millisecond up: never woken before a bound.
-                for fd, _events in poller.poll(max(0.0, soonest - now) * 1000):
-                    exchange = waiting[fd]
-                    status = self._advance(exchange, ends_at)
-                    if status is not None:
-                        finish(fd, status)
-                    else:
-                        poller.modify(fd, exchange.waits_for)
-        finally:
-            for exchange in waiting.values():
-                exchange.sock.close()
-        return {target.pod: results[target.pod] for target in targets}
+                probe = _Probe(target, ends_at)
+                context = contextvars.copy_context()  # log fields follow the probe's thread
+                running[target.pod] = (probe, executor.submit(context.run, self._ask, probe))
+            futures = [future for _, future in running.values()]
+            wait(futures, timeout=max(0.0, ends_at - time.monotonic()))
+            late = [(probe, future) for probe, future in running.values() if not future.done()]
+            for probe, future in late:
+                future.cancel()
+                probe.cut()
+            if late:
+                wait([future for _, future in late], timeout=_GRACE)
+            return {pod: self._result(pod, future) for pod, (_, future) in running.items()}
+        except Exception as error:  # a bug or the OS out of resources: no member is known
+            return {
+                target.pod: MemberStatus.unknown(target.pod, describe_failure(error, target))
+                for target in targets
+            }
 
-    def _start(
-        self, target: ProbeTarget, ends_at: float, results: dict[str, MemberStatus]
-    ) -> _Exchange | None:
-        """Open the connection (non-blocking); ``None`` with a result if it ended already."""
+    def _result(self, pod: str, future: Future[MemberStatus]) -> MemberStatus:
+        if future.done() and not future.cancelled() and future.exception() is None:
+            return future.result()
+        return MemberStatus.unknown(pod, self._late)
+
+    def _ask(self, probe: _Probe) -> MemberStatus:
+        """One member's probe, in a pool thread; never raises."""
+        target = probe.target
+        if probe.cut_off:
+            return MemberStatus.unknown(target.pod, self._late)
+        _running.probe = probe
+        answered = [False]
+        try:
+            return self._exchange(probe, answered)
+        except Exception as error:
+            return MemberStatus.unknown(target.pod, self._reason(error, probe, answered[0]))
+        finally:
+            _running.probe = None
+            probe.finish()
+
+    def _reason(self, error: Exception, probe: _Probe, answered: bool) -> str:
+        if isinstance(error, _Failure):
+            return error.reason
+        timed_out = _timed_out(error)
+        if probe.cut_off or (timed_out and time.monotonic() >= probe.ends_at):
+            # Cut off, or a timeout cut to what was left of the round: the round's
+            # deadline, one reason for the same member whatever ran out first.
+            return self._late
+        if timed_out:
+            return "read timeout" if probe.connected else "connect timeout"
+        return describe_failure(error, probe.target, in_body=answered)
+
+    def _exchange(self, probe: _Probe, answered: list[bool]) -> MemberStatus:
+        target = probe.target
+        refused, url, request = self._check(target.url)
+        if url is None or request is None:
+            return MemberStatus.unknown(target.pod, refused or "refused")
+        if url.scheme == "https":
+            probe.context = self.contexts.context()
+        remaining = probe.ends_at - time.monotonic()
+        if remaining <= 0:
+            return MemberStatus.unknown(target.pod, self._late)
+        session = self._pools_here().session
+        response = session.send(
+            request.copy(),
+            timeout=(min(target.connect_timeout, remaining), min(target.read_timeout, remaining)),
+            allow_redirects=False,
+            stream=True,
+        )
+        try:
+            answered[0] = True
+            return self._read(probe, response)
+        finally:
+            # One request per connection, as Patroni does: nothing half-read is kept.
+            response.close()
+
+    def _read(self, probe: _Probe, response: requests.Response) -> MemberStatus:
+        target, cap, code = probe.target, self.max_body_bytes, response.status_code
+        raw: urllib3.HTTPResponse = response.raw
+        verdict = head_verdict(
+            target,
+            code,
+            content_lengths=raw.headers.getlist("Content-Length"),
+            transfer_coded="Transfer-Encoding" in raw.headers,
+            cap=cap,
+        )
+        if verdict is not None:
+            return verdict
+        body = bytearray()
+        # read1: whatever has arrived, after one socket read at most (a full-size read
+        # loops until it has its whole size); the deadline is checked between reads, and
+        # a read that blocks past it is ended by the round's cut.
+        while chunk := raw.read1(_CHUNK):
+            body += chunk
+            if len(body) > cap:
+                return too_large(target, code, cap)
+            if time.monotonic() >= probe.ends_at:
+                return MemberStatus.unknown(target.pod, self._late)
+        if probe.cut_off:
+            return MemberStatus.unknown(target.pod, self._late)
+        return status_from_body(target, code, bytes(body))
+
+    def _check(self, url: str) -> tuple[str | None, Url | None, requests.PreparedRequest | None]:
         # The same members are probed every second: remember each URL's verdict (the
-        # policy is fixed for this prober; the check is pure).
-        checked = self._checked.get(target.url)
+        # policy is fixed for this prober; the check is pure) and its prepared GET
+        # (preparing one is a fifth of a probe's CPU; each probe sends a copy).
+        checked = self._checked.get(url)
         if checked is None:
-            checked = _checked(target.url, self.policy)
+            refused, parsed = _checked(url, self.policy)
+            request = None
+            if parsed is not None:
+                request = requests.Request("GET", url, headers=_HEADERS).prepare()
+            checked = (refused, parsed, request)
             if len(self._checked) >= _CHECKED_URLS:
                 self._checked.clear()
-            self._checked[target.url] = checked
-        refused, url = checked
-        if url is None:
-            results[target.pod] = MemberStatus.unknown(target.pod, refused or "refused")
-            return None
-        now = time.monotonic()
-        if now >= ends_at:
-            results[target.pod] = MemberStatus.unknown(target.pod, self._late)
-            return None
-        host = (url.host or "").strip("[]")
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        try:
-            sock = socket.socket(family, socket.SOCK_STREAM)
-        except OSError as error:
-            results[target.pod] = MemberStatus.unknown(target.pod, describe_failure(error, target))
-            return None
-        sock.setblocking(False)
-        exchange = _Exchange(
-            target,
-            url,
-            sock,
-            request_bytes(url.host or "", url.port or 0, url.path or "/"),
-            gives_up_at=min(now + target.connect_timeout, ends_at),
-        )
-        try:
-            code = sock.connect_ex((host, url.port or 0))
-        except OSError as error:
-            code = error.errno or errno.EINVAL
-        if code not in (0, errno.EINPROGRESS):
-            sock.close()
-            results[target.pod] = MemberStatus.unknown(
-                target.pod, describe_failure(_connect_error(code), target)
-            )
-            return None
-        return exchange
-
-    def _advance(self, exchange: _Exchange, ends_at: float) -> MemberStatus | None:
-        """Do what the ready socket allows; a status once the probe is over."""
-        try:
-            return self._step(exchange, ends_at)
-        except Exception as error:
-            return MemberStatus.unknown(
-                exchange.target.pod,
-                describe_failure(error, exchange.target, in_body=exchange.head is not None),
-            )
-
-    def _step(self, exchange: _Exchange, ends_at: float) -> MemberStatus | None:
-        if not exchange.connected:
-            # Writable after a non-blocking connect: connected, or failed (the error is
-            # read from the socket, as connect() would have raised it).
-            code = exchange.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            if code:
-                raise _connect_error(code)
-            exchange.connected = True
-            if exchange.url.scheme == "https":
-                exchange.sock = self._wrap(exchange)
-                exchange.handshaking = True
-        if exchange.handshaking:
-            if not self._handshake(exchange):
-                return None
-            exchange.handshaking = False
-        if exchange.sent < len(exchange.request):
-            if not self._send(exchange):
-                return None
-            exchange.gives_up_at = min(time.monotonic() + exchange.target.read_timeout, ends_at)
-            exchange.timeout_reason = "read timeout"
-            exchange.waits_for = _READ
-        return self._receive(exchange, ends_at)
-
-    def _wrap(self, exchange: _Exchange) -> ssl.SSLSocket:
-        name = exchange.target.server_name or (exchange.url.host or "").strip("[]")
-        return _tls_context(self.tls).wrap_socket(
-            exchange.sock, server_hostname=name, do_handshake_on_connect=False
-        )
-
-    @staticmethod
-    def _handshake(exchange: _Exchange) -> bool:
-        sock = exchange.sock
-        assert isinstance(sock, ssl.SSLSocket)
-        try:
-            sock.do_handshake()
-        except ssl.SSLWantReadError:
-            exchange.waits_for = _READ
-            return False
-        except ssl.SSLWantWriteError:
-            exchange.waits_for = _WRITE
-            return False
-        return True
-
-    @staticmethod
-    def _send(exchange: _Exchange) -> bool:
-        try:
-            exchange.sent += exchange.sock.send(exchange.request[exchange.sent :])
-        except (BlockingIOError, ssl.SSLWantWriteError):
-            pass
-        except ssl.SSLWantReadError:
-            exchange.waits_for = _READ
-            return False
-        exchange.waits_for = _WRITE
-        return exchange.sent >= len(exchange.request)
-
-    def _receive(self, exchange: _Exchange, ends_at: float) -> MemberStatus | None:
-        """Read what has arrived (TLS may hold more than one record); done at the end."""
-        while True:
-            try:
-                chunk = exchange.sock.recv(_CHUNK)
-            except (BlockingIOError, ssl.SSLWantReadError):
-                return None
-            except ssl.SSLWantWriteError:
-                exchange.waits_for = _WRITE
-                return None
-            if not chunk:
-                return self._answer(exchange, complete=True)
-            exchange.received += chunk
-            exchange.gives_up_at = min(time.monotonic() + exchange.target.read_timeout, ends_at)
-            status = self._answer(exchange, complete=False)
-            if status is not None:
-                return status
-            if not isinstance(exchange.sock, ssl.SSLSocket) and len(chunk) < _CHUNK:
-                return None  # the kernel had no more; wait for the next poll
-
-    def _answer(self, exchange: _Exchange, *, complete: bool) -> MemberStatus | None:
-        """The member's status once its answer is whole; ``None`` while more may come.
-
-        ``complete``: the member closed the connection.
-        """
-        if exchange.head is None:
-            head = read_head(exchange.target, exchange.received, closed=complete)
-            if not isinstance(head, Head):
-                return head
-            exchange.head = head
-        return read_body(
-            exchange.target,
-            exchange.head,
-            exchange.received,
-            closed=complete,
-            cap=self.max_body_bytes,
-        )
+            self._checked[url] = checked
+        return checked
 
 
-def _connect_error(code: int) -> OSError:
-    """The exception a blocking ``connect()`` would have raised for ``errno`` ``code``."""
-    return OSError(code, errno.errorcode.get(code, "connect failed"))
-
-
-def _tls_context(tls: PatroniTLS) -> ssl.SSLContext:
-    """A client context from the files as they are now (renewals need no restart)."""
-    context = ssl.create_default_context(cafile=tls.ca_file)
-    if tls.client_cert_file and tls.client_key_file:
-        context.load_cert_chain(tls.client_cert_file, tls.client_key_file)
-    return context
+def _timed_out(error: BaseException) -> bool:
+    """Whether a timeout (requests', urllib3's or the socket's) is in ``error``'s chain."""
+    seen: set[int] = set()
+    queue: list[BaseException] = [error]
+    while queue and len(seen) < 32:
+        current = queue.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, requests.Timeout | TimeoutError) or (
+            # urllib3's NewConnectionError is a ConnectTimeoutError: a refusal is not one.
+            isinstance(current, urllib3.exceptions.TimeoutError)
+            and not isinstance(current, urllib3.exceptions.NewConnectionError)
+        ):
+            return True
+        queue.extend(arg for arg in current.args if isinstance(arg, BaseException))
+        for linked in (getattr(current, "reason", None), current.__cause__, current.__context__):
+            if isinstance(linked, BaseException):
+                queue.append(linked)
+    return False
 
 
 def target_problem(url: str, policy: ProbePolicy | None) -> str | None:

@@ -9,6 +9,7 @@ the member's certificate or port).
 
 from __future__ import annotations
 
+import http.client
 import ssl
 
 from hooks.members import ProbeTarget
@@ -59,20 +60,50 @@ def describe_failure(error: BaseException, target: ProbeTarget, *, in_body: bool
     """A short reason that is the same every time the same failure happens.
 
     ``in_body``: the answer's headers had arrived (a broken connection is then "mid-body").
+    requests and urllib3 wrap the cause in their own exceptions, as an argument
+    (``ProtocolError("Connection aborted.", BadStatusLine(...))``) or as the cause: both
+    are followed, nearest first.
     """
     seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
+    queue: list[BaseException] = [error]
+    while queue and len(seen) < _MAX_CHAIN:
+        current = queue.pop(0)
+        if id(current) in seen:
+            continue
         seen.add(id(current))
-        if isinstance(current, ssl.SSLError):
-            return _tls_reason(current, target.server_name)
-        if isinstance(current, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(current, ConnectionResetError):
-            return "connection reset"
-        if isinstance(current, TimeoutError):
-            return "read timeout"
-        current = current.__cause__ or current.__context__
+        reason = _reason_of(current, target)
+        if reason is not None:
+            return reason
+        queue.extend(arg for arg in current.args if isinstance(arg, BaseException))
+        for linked in (getattr(current, "reason", None), current.__cause__, current.__context__):
+            if isinstance(linked, BaseException):
+                queue.append(linked)
     if isinstance(error, OSError):
         return "connection broken mid-body" if in_body else "connection failed"
     return f"probe failed ({type(error).__name__})"
+
+
+#: Most exceptions looked at in one failure's chain.
+_MAX_CHAIN = 32
+
+
+def _reason_of(error: BaseException, target: ProbeTarget) -> str | None:
+    """The reason this one exception stands for, or ``None`` (look at its causes)."""
+    if isinstance(error, ssl.SSLError):
+        return _tls_reason(error, target.server_name)
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(error, ConnectionResetError):  # http.client's RemoteDisconnected too
+        return "connection reset"
+    if isinstance(error, http.client.IncompleteRead):
+        return "connection broken mid-body"
+    # What http.client refuses to read as an HTTP/1.x head: something else answers there.
+    if isinstance(error, http.client.LineTooLong):
+        return "HTTP head line too long (not Patroni)"
+    if isinstance(error, http.client.BadStatusLine | http.client.UnknownProtocol):
+        return "not an HTTP/1.x answer (not Patroni)"
+    if isinstance(error, http.client.HTTPException):  # e.g. more than 100 header lines
+        return "malformed HTTP head (not Patroni)"
+    if isinstance(error, TimeoutError):
+        return "read timeout"
+    return None
