@@ -1,4 +1,6 @@
-# The two commands a newcomer needs:  make demo   and   make test
+# The two commands a newcomer needs:  make demo   and   make test   (make help lists them all:
+# every target's `## ` comment on its own line is its help line; tests/test_makefile.py checks
+# that every .PHONY target has one).
 # Both create ./.venv (from the system Python, so the unprivileged user that runs
 # PostgreSQL can execute it) and install everything from PyPI into it.
 PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || command -v python3)
@@ -20,7 +22,10 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE   ?= ghcr.io/adg-io/pg-failover-hook:$(VERSION)
 DOCKER  ?= docker
 
-.PHONY: venv demo serve test lint bench clean lock image promtool mutation controlplane
+.PHONY: help venv demo serve test lint bench clean lock image promtool mutation readme-figures controlplane
+
+help: ## list the targets and what each does
+	@awk -F ':[^#]*## ' '/^[a-z][a-z-]*:[^#]*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml $(LOCK_TEST)
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { echo "Python's venv module is missing: apt-get install -y python3-venv"; exit 1; }
@@ -30,35 +35,53 @@ $(STAMP): pyproject.toml $(LOCK_TEST)
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
-venv: $(STAMP)
+venv: $(STAMP) ## create .venv from the lock (requirements/test.txt)
 
-demo: $(STAMP)
+demo: $(STAMP) ## start a real 3-member Patroni cluster, kill its leader, watch the Service follow
 	$(BIN)/python -m demo
 
-serve: $(STAMP)
-	$(BIN)/gunicorn -c python:hooks.gunicorn_conf 'hooks.app:create_app()'
+# `make serve`: the hook as in production (caller authentication on), with a local token that
+# is generated once into .venv (git-ignored, mode 0600) and printed with a ready curl line.
+SERVE_TOKEN ?= $(VENV)/serve-token
+SERVE_BIND  ?= 127.0.0.1:8080
+SERVE_REQUEST := tests/fixtures/metacontroller/customize-request.json
+
+$(SERVE_TOKEN): | $(STAMP)
+	umask 077 && $(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(32))' > $@
+
+serve: $(STAMP) $(SERVE_TOKEN) ## run the hook under gunicorn on 127.0.0.1:8080 (SERVE_BIND) with a local token, printed with a curl line
+	@echo "caller token (PGFH_AUTH_TOKENS_PATH=$(SERVE_TOKEN)): $$(cat $(SERVE_TOKEN))"
+	@echo "try:  curl -sS -H \"Authorization: Bearer $$(cat $(SERVE_TOKEN))\" -H 'Content-Type: application/json' --data @$(SERVE_REQUEST) http://$(SERVE_BIND)/customize"
+	PGFH_AUTH_TOKENS_PATH=$(SERVE_TOKEN) GUNICORN_BIND=$(SERVE_BIND) \
+	  $(BIN)/gunicorn -c python:hooks.gunicorn_conf 'hooks.app:create_app()'
 
 CODE := $(wildcard hooks tests standin devcluster controlplane bench demo ops)
 
-lint: $(STAMP)
+lint: $(STAMP) ## ruff, ruff format --check, mypy --strict, the import contracts
 	$(BIN)/ruff check $(CODE)
 	$(BIN)/ruff format --check $(CODE)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP) lint promtool controlplane
-	$(BIN)/python -m pytest
+# The junit file is what `make readme-figures` writes the README's test figures from.
+JUNIT := .run/junit.xml
+
+test: $(STAMP) lint promtool controlplane ## lint, then the whole test suite (writes .run/junit.xml)
+	$(BIN)/python -m pytest --junitxml=$(JUNIT)
+
+readme-figures: $(STAMP) ## rewrite the README's test figures from the last `make test` (.run/junit.xml)
+	$(BIN)/python -m tests.suite_figures $(JUNIT) README.md
 
 # The real Kubernetes control plane of the tests (controlplane/): kube-apiserver,
 # kube-controller-manager, kube-proxy, kubectl and etcd built from the Go modules pinned in
 # controlplane/go/, once per machine, into ~/.cache/pg-failover-hook/controlplane/<key>/.
-controlplane: $(STAMP)
+controlplane: $(STAMP) ## build the test control plane's binaries once per machine (cached)
 	$(BIN)/python -m controlplane build
 
 # The alert tests need promtool and prometheus (Debian's prometheus package; .ci/run installs it).
 # promtool (alert unit tests) and prometheus (the real-Prometheus failover test) come from
 # Debian's `prometheus` package: installed here when missing and we are root with apt-get.
-promtool:
+promtool: ## install promtool and prometheus (Debian's package) when missing and root
 	@{ command -v promtool && command -v prometheus; } >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing Debian's prometheus package (promtool, prometheus)"; \
@@ -71,15 +94,15 @@ promtool:
 
 # Re-resolve the lock from pyproject.toml (newest versions within its ranges), then
 # reinstall .venv from it. Run the tests before committing the new lock.
-lock: $(STAMP)
+lock: $(STAMP) ## re-resolve the lock from pyproject.toml's ranges, reinstall .venv
 	$(UV_COMPILE) --extra test -o $(LOCK_TEST)
 	$(UV_COMPILE) -o $(LOCK_RUNTIME)
 	$(MAKE) venv
 
-image:
+image: ## docker build the image as $(IMAGE)
 	$(DOCKER) build -t $(IMAGE) .
 
-bench: $(STAMP)
+bench: $(STAMP) ## measure failovers against the real cluster (python -m bench.failover)
 	$(BIN)/python -m bench.failover
 
 # Mutation testing of the pure core (mutmut 3; not in CI, not in `make test`): CONTRIBUTING.md,
@@ -89,9 +112,9 @@ bench: $(STAMP)
 # is started afresh so that nothing of an earlier tree survives in it.
 MUTATION_CHILDREN ?= 2
 
-mutation: $(STAMP)
+mutation: $(STAMP) ## mutation-test the pure core (mutmut; about 17 minutes)
 	rm -rf mutants
 	$(BIN)/python -m bench.mutation_score --run --max-children $(MUTATION_CHILDREN) --fail-under 95
 
-clean:
+clean: ## remove .venv and the tools' caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache mutants

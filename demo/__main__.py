@@ -27,14 +27,19 @@ from standin.loop import SyncRecord
 
 
 class Clock:
-    """Prints lines stamped with seconds since an origin the demo moves to each event."""
+    """Prints lines stamped with seconds since an origin: the event each timeline starts from.
+
+    :meth:`start` names that event in a heading line, so that ``t +0.000s`` is the kill (or
+    the switchover request) and a negative ``t`` can only be something seen before it.
+    """
 
     def __init__(self) -> None:
         self.origin = time.monotonic()
 
-    def reset(self) -> float:
-        self.origin = time.monotonic()
-        return self.origin
+    def start(self, origin: float, event: str) -> None:
+        """Count from ``origin`` (a ``time.monotonic()`` stamp), the moment of ``event``."""
+        self.origin = origin
+        print(f"   t = seconds since {event}", flush=True)
 
     def say(self, message: str, at: float | None = None) -> None:
         offset = (at if at is not None else time.monotonic()) - self.origin
@@ -106,7 +111,7 @@ def _kill_leader(rig: Rig, clock: Clock) -> None:
     count = len(rig.records)
     with cluster.watch_leader(exclude={old}) as watch:
         killed = cluster.kill_member(old)
-        clock.reset()
+        clock.start(killed, f"the SIGKILL of {old}")
         clock.say(f"leader {old} killed", killed)
         rig.pod_changed(old, ready=False)
         clock.say(f"kubelet marks pod {old} not ready -> related-Pod event -> immediate sync")
@@ -139,8 +144,7 @@ def _switchover(rig: Rig, clock: Clock) -> None:
     print("   no Pod changes, so only the hook's resyncAfterSeconds brings the next sync")
     count = len(rig.records)
     result = cluster.switchover()
-    clock.reset()
-    clock.origin = result.requested_at
+    clock.start(result.requested_at, "the POST /switchover request")
     clock.say(f"POST /switchover to {result.old_leader}", result.requested_at)
     clock.say(f"Patroni: {result.new_leader} reports role primary", result.election.first_primary)
     moved = rig.wait_selected(result.new_leader, timeout=15, after=count)

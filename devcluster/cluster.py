@@ -1,4 +1,4 @@
-"""A real 3-member Patroni cluster on loopback, for tests, the demo and benchmarks.
+"""A real 3-member Patroni cluster on loopback, for tests, the demo and benchmarks: its lifecycle.
 
 Topology (fixed by the project, it plays a Kubernetes StatefulSet ``pg-orders``): members
 ``pg-orders-0..2`` on 127.0.0.2-4, PostgreSQL on port 5432 and the Patroni REST API on port 8008
@@ -13,327 +13,93 @@ talk to the old cluster). Hence: every process is tracked by PID + start time, t
 PID (postmasters found through ``postmaster.pid``), every process carries the run's base dir in
 its environment so leftovers of a crashed run can be found and killed before the next start,
 and a watchdog process tears the cluster down if the harness process dies without doing so.
+
+This module holds :class:`PatroniCluster`, the lifecycle (start, stop, restart) and the
+failures tests inject; the jobs it delegates each have a module: the topology and a member's
+files (:mod:`devcluster.layout`), ``patroni.yml`` (:mod:`devcluster.config`), the REST API's TLS
+material (:mod:`devcluster.tls`), etcd (:mod:`devcluster.etcd`), starting files and processes
+(:mod:`devcluster.processes`), member status and leader election (:mod:`devcluster.election`),
+REST actions (:mod:`devcluster.rest`), SQL (:mod:`devcluster.sql`) and bounded waiting
+(:mod:`devcluster.waiting`). Every public name of those is importable from here and from
+:mod:`devcluster`, as before the split.
 """
 
 from __future__ import annotations
 
 import atexit
-import base64
 import contextlib
-import importlib
 import ipaddress
-import json
 import logging
 import os
 import shutil
 import signal
-import ssl
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple, TypeVar
+from typing import Any
 
 import yaml
 
-from devcluster import _http
-from devcluster._proc import (
-    ENV_BASE_DIR,
-    ENV_WATCHDOG,
-    Proc,
-    kill_all,
-    postmaster_pid,
-    shutdown,
-    teardown_base_dir,
-    wait_gone,
-)
+from devcluster import config, etcd, processes, rest, tls
+from devcluster import sql as sql_
+from devcluster._proc import Proc, kill_all, shutdown, teardown_base_dir, wait_gone
 from devcluster._runtime import Runtime, cluster_user, resolve_runtime
+from devcluster.election import (
+    LeaderElection,
+    LeaderWatch,
+    MemberStatus,
+    SwitchoverResult,
+    member_status,
+)
 from devcluster.errors import ClusterError
-from devcluster.leftovers import MARKER, check_ports_free, kill_leftovers
+from devcluster.layout import (
+    API_PORT,
+    ETCD_CLIENT_PORT,
+    ETCD_HOST,
+    ETCD_PEER_PORT,
+    FIRST_MEMBER_IP,
+    NAMESPACE,
+    PG_PORT,
+    REPLICATION_USER,
+    SCOPE,
+    SUPERUSER,
+    Member,
+    RestApiTLS,
+)
+from devcluster.leftovers import check_ports_free, kill_leftovers
+from devcluster.waiting import poll_until, tail
+
+__all__ = [
+    "API_PORT",
+    "ETCD_CLIENT_PORT",
+    "ETCD_HOST",
+    "ETCD_PEER_PORT",
+    "FIRST_MEMBER_IP",
+    "NAMESPACE",
+    "PG_PORT",
+    "REPLICATION_USER",
+    "SCOPE",
+    "SUPERUSER",
+    "LeaderElection",
+    "LeaderWatch",
+    "Member",
+    "MemberStatus",
+    "PatroniCluster",
+    "RestApiTLS",
+    "SwitchoverResult",
+    "poll_until",
+    "running_cluster",
+    "tail",
+]
 
 log = logging.getLogger("devcluster")
 
-SCOPE = "pg-orders"
-NAMESPACE = "/service/"
-FIRST_MEMBER_IP = 2  # pg-orders-0 is 127.0.0.2, like a pod IP
-PG_PORT = 5432
-API_PORT = 8008
-ETCD_HOST = "127.0.0.1"
-ETCD_CLIENT_PORT = 2379
-ETCD_PEER_PORT = 2380
-SUPERUSER = "postgres"
-REPLICATION_USER = "replicator"
-
-T = TypeVar("T")
-
 _LIVE: weakref.WeakSet[PatroniCluster] = weakref.WeakSet()
-
-
-def poll_until(
-    check: Callable[[], T | None],
-    timeout: float,
-    interval: float = 0.2,
-    what: str = "condition",
-    details: Callable[[], str] | None = None,
-) -> T:
-    """Call ``check`` until it returns something truthy; bounded by ``timeout`` and a call count.
-
-    Raises :class:`ClusterError` naming ``what`` (plus ``details()``, e.g. log tails) on timeout.
-    """
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / interval) + 2):
-        value = check()
-        if value:
-            return value
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        time.sleep(min(interval, remaining))
-    extra = f"\n{details()}" if details is not None else ""
-    raise ClusterError(f"timed out after {timeout:.1f}s waiting for {what}{extra}")
-
-
-def tail(path: Path, lines: int = 30) -> str:
-    """The last ``lines`` lines of a log file (or a note that it does not exist yet)."""
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            text = f.read().decode(errors="replace")
-    except OSError as exc:
-        return f"<{path}: {exc.strerror}>"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-@dataclass(frozen=True)
-class RestApiTLS:
-    """HTTPS for every member's REST API: Patroni's ``restapi`` TLS settings.
-
-    The files are copied into the run's base dir (the cluster user must read them). The
-    server certificate must name every member's address (127.0.0.x) as an IP SAN.
-    ``client_certfile``/``client_keyfile`` are what the members present to each other
-    (``ctl.certfile``, needed with ``verify_client: required``) and what the harness's own
-    requests present.
-    """
-
-    certfile: Path
-    keyfile: Path
-    cafile: Path
-    client_certfile: Path
-    client_keyfile: Path
-    verify_client: str = "required"
-
-
-@dataclass
-class Member:
-    """One Patroni member: static layout plus the live process handles."""
-
-    name: str
-    ip: str
-    dir: Path
-    logs_dir: Path
-    pg_port: int = PG_PORT
-    api_port: int = API_PORT
-    #: The harness's HTTPS client context when the REST API uses TLS (``None``: HTTP).
-    tls: ssl.SSLContext | None = field(default=None, repr=False)
-    _popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
-    _patroni: Proc | None = field(default=None, repr=False)
-
-    @property
-    def api_url(self) -> str:
-        """``http://127.0.0.x:8008`` — Patroni's REST API, what a prober would use."""
-        scheme = "https" if self.tls is not None else "http"
-        return f"{scheme}://{self.ip}:{self.api_port}"
-
-    def api_get(self, path: str, timeout: float) -> _http.Response:
-        """``GET`` on this member's REST API (over HTTPS with a client certificate if TLS)."""
-        return _http.get(self.ip, self.api_port, path, timeout=timeout, tls=self.tls)
-
-    @property
-    def data_dir(self) -> Path:
-        """PGDATA (created 0700 by initdb / pg_basebackup, owned by the cluster user)."""
-        return self.dir / "data"
-
-    @property
-    def socket_dir(self) -> Path:
-        """This member's own ``unix_socket_directories`` (all members share port 5432)."""
-        return self.dir / "sock"
-
-    @property
-    def config_file(self) -> Path:
-        """The member's ``patroni.yml``."""
-        return self.dir / "patroni.yml"
-
-    @property
-    def patroni_log(self) -> Path:
-        """Patroni's stdout/stderr (also bootstrap, initdb and early postmaster output)."""
-        return self.logs_dir / f"{self.name}.patroni.log"
-
-    @property
-    def postgres_log(self) -> Path:
-        """PostgreSQL's own log (``logging_collector``)."""
-        return self.logs_dir / f"{self.name}.postgresql.log"
-
-    @property
-    def patroni_pid(self) -> int | None:
-        """PID of the running Patroni process, if any."""
-        return self._patroni.pid if self._patroni is not None and self._patroni.alive() else None
-
-    @property
-    def postmaster(self) -> Proc | None:
-        """The running postmaster (from ``postmaster.pid``), if any."""
-        return postmaster_pid(self.data_dir)
-
-    @property
-    def postmaster_pid(self) -> int | None:
-        """PID of the running postmaster, if any."""
-        proc = self.postmaster
-        return proc.pid if proc is not None else None
-
-    @property
-    def running(self) -> bool:
-        """Whether this member's Patroni process is alive (PostgreSQL may still be starting)."""
-        return self.patroni_pid is not None
-
-    def pids(self) -> dict[str, int]:
-        """``{"patroni": pid, "postmaster": pid}`` for what is running now."""
-        found = {"patroni": self.patroni_pid, "postmaster": self.postmaster_pid}
-        return {k: v for k, v in found.items() if v is not None}
-
-
-@dataclass(frozen=True)
-class MemberStatus:
-    """What a member's REST API says right now (``reachable`` False: no answer at all)."""
-
-    name: str
-    reachable: bool
-    primary: bool  # 200 on GET /primary
-    replica: bool  # 200 on GET /replica
-    role: str | None
-    state: str | None
-    replication_state: str | None
-    timeline: int | None
-    error: str = ""
-
-    @property
-    def streaming(self) -> bool:
-        """A running replica whose WAL receiver streams from the leader."""
-        return self.replica and self.replication_state == "streaming"
-
-    def __str__(self) -> str:
-        if not self.reachable:
-            return f"{self.name}: unreachable ({self.error})"
-        flags = "PRIMARY " if self.primary else ("replica " if self.replica else "")
-        return (
-            f"{self.name}: {flags}role={self.role} state={self.state} "
-            f"replication_state={self.replication_state} timeline={self.timeline}"
-        )
-
-
-class LeaderElection(NamedTuple):
-    """Who became leader and when (``time.monotonic()`` values, comparable with other events)."""
-
-    name: str
-    #: First 200 on ``/primary`` (Patroni 4.1's first one after a promotion may say role replica).
-    first_200: float
-    #: First 200 on ``/primary`` whose body says ``role: primary``.
-    first_primary: float
-
-
-@dataclass(frozen=True)
-class SwitchoverResult:
-    """Outcome of :meth:`PatroniCluster.switchover`."""
-
-    old_leader: str
-    new_leader: str
-    requested_at: float  # monotonic time the POST was sent
-    election: LeaderElection
-
-    @property
-    def seconds(self) -> float:
-        """From the request to the first 200 with role primary on the new leader."""
-        return self.election.first_primary - self.requested_at
-
-
-class LeaderWatch:
-    """Polls ``/primary`` on some members in background threads until one is primary.
-
-    Polling starts on construction, *before* the caller triggers a failover, so the measured
-    times do not depend on how long the trigger itself blocks (a graceful stop takes ~2 s, a
-    switchover POST blocks until Patroni reports success). One thread per member, so a member
-    whose API hangs (a stopping Patroni keeps the port open without answering) cannot delay the
-    detection on the others.
-    """
-
-    def __init__(
-        self, members: Iterable[Member], poll_interval: float = 0.025, max_seconds: float = 300
-    ) -> None:
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._first_200: dict[str, float] = {}
-        self._first_primary: dict[str, float] = {}
-        self._interval = poll_interval
-        self._deadline = time.monotonic() + max_seconds
-        self.started_at = time.monotonic()
-        self._threads = [
-            threading.Thread(
-                target=self._poll, args=(m,), name=f"leader-watch-{m.name}", daemon=True
-            )
-            for m in members
-        ]
-        for t in self._threads:
-            t.start()
-
-    def _poll(self, member: Member) -> None:
-        max_polls = int((self._deadline - time.monotonic()) / self._interval) + 2
-        for _ in range(max_polls):
-            if self._stop.is_set() or time.monotonic() >= self._deadline:
-                return
-            try:
-                resp = member.api_get("/primary", timeout=0.5)
-                now = time.monotonic()
-                if resp.status == 200:
-                    with self._lock:
-                        self._first_200.setdefault(member.name, now)
-                        if resp.json().get("role") == "primary":
-                            self._first_primary.setdefault(member.name, now)
-                            self._stop.set()
-                            return
-            except Exception:  # a poller thread must never die with a traceback
-                log.exception("leader watch on %s", member.name)
-            self._stop.wait(self._interval)
-
-    def result(self, timeout: float, details: Callable[[], str] | None = None) -> LeaderElection:
-        """Block until a member answers 200 with role primary (or raise after ``timeout``)."""
-        self._stop.wait(max(0.0, timeout - (time.monotonic() - self.started_at)))
-        self.cancel()
-        with self._lock:
-            if not self._first_primary:
-                seen = ", ".join(f"{n} (200 as replica)" for n in self._first_200) or "none"
-                extra = f"\n{details()}" if details is not None else ""
-                raise ClusterError(
-                    f"no member became primary within {timeout:.1f}s; 200 seen from: {seen}{extra}"
-                )
-            name = min(self._first_primary, key=self._first_primary.__getitem__)
-            return LeaderElection(name, self._first_200[name], self._first_primary[name])
-
-    def cancel(self) -> None:
-        """Stop polling and join the threads (each finishes its current 0.5 s-bounded GET)."""
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=2)
-
-    def __enter__(self) -> LeaderWatch:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.cancel()
 
 
 class PatroniCluster:
@@ -421,7 +187,7 @@ class PatroniCluster:
     @property
     def etcd_url(self) -> str:
         """The DCS endpoint Patroni uses."""
-        return f"http://{self.etcd_host}:{ETCD_CLIENT_PORT}"
+        return etcd.url(self.etcd_host)
 
     @property
     def addresses(self) -> list[tuple[str, int]]:
@@ -545,17 +311,9 @@ class PatroniCluster:
         return [p for p in survivors if p.alive()]
 
     def _stop_watchdog(self) -> None:
-        if self._watchdog is None:
-            return
-        if self._watchdog.stdin is not None:
-            with contextlib.suppress(OSError):
-                self._watchdog.stdin.close()
-        try:
-            self._watchdog.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._watchdog.kill()
-            self._watchdog.wait(timeout=5)
-        self._watchdog = None
+        if self._watchdog is not None:
+            processes.stop_watchdog(self._watchdog)
+            self._watchdog = None
 
     def _remove_files(self, keep_logs: bool) -> None:
         if self.keep or not self.base_dir.is_dir():
@@ -583,15 +341,17 @@ class PatroniCluster:
                 log.warning("killed leftovers of earlier runs: %s", "; ".join(killed))
         check_ports_free(self.addresses)
         user = cluster_user(self._user_name)
-        self.base_dir = self._make_base_dir(user.uid, user.gid)
+        self.base_dir = processes.make_base_dir(
+            self._given_base_dir, self.scope, user.uid, user.gid
+        )
         self.logs_dir.mkdir(mode=0o700, exist_ok=True)
         os.chown(self.logs_dir, user.uid, user.gid)
         self.runtime = resolve_runtime(self._user_name, writable=[self.base_dir, self.logs_dir])
         log.info("runtime: %s; user %s", self.runtime.source, self.runtime.user.name)
-        self._write_marker()
-        self._start_watchdog()
-        tls_files = self._copy_tls_files(user.uid, user.gid)
-        client_context = self._client_context(tls_files)
+        processes.write_marker(self.base_dir, self.scope)
+        self._watchdog = processes.start_watchdog(self.base_dir, self.logs_dir / "watchdog.log")
+        tls_files = tls.copy_files(self.restapi_tls, self.tls_dir, user.uid, user.gid)
+        client_context = tls.client_context(tls_files)
         self.members = []
         for i in range(self._n_members):
             m = Member(
@@ -614,279 +374,42 @@ class PatroniCluster:
         if time.monotonic() > deadline:
             raise ClusterError("start timeout used up while preparing")
 
-    def _copy_tls_files(self, uid: int, gid: int) -> dict[str, Path]:
-        """The REST API's TLS files, copied where the cluster user can read them."""
-        if self.restapi_tls is None:
-            return {}
-        directory = self.base_dir / "tls"
-        directory.mkdir(mode=0o700, exist_ok=True)
-        os.chown(directory, uid, gid)
-        copies: dict[str, Path] = {}
-        for name in ("certfile", "keyfile", "cafile", "client_certfile", "client_keyfile"):
-            source: Path = getattr(self.restapi_tls, name)
-            copy = directory / name
-            shutil.copyfile(source, copy)
-            copy.chmod(0o600)
-            os.chown(copy, uid, gid)
-            copies[name] = copy
-        return copies
-
-    def _client_context(self, files: dict[str, Path]) -> ssl.SSLContext | None:
-        """What the harness uses to talk to members over HTTPS (verifies their IP SANs)."""
-        if not files:
-            return None
-        context = ssl.create_default_context(cafile=str(files["cafile"]))
-        context.load_cert_chain(files["client_certfile"], files["client_keyfile"])
-        return context
-
-    def _make_base_dir(self, uid: int, gid: int) -> Path:
-        if self._given_base_dir is None:
-            parent = Path(tempfile.gettempdir())
-            # The cluster user must traverse the parent; TMPDIR may point below /root.
-            if not os.stat(parent).st_mode & 0o001:
-                parent = Path("/var/tmp")
-            base = Path(tempfile.mkdtemp(prefix=f"devcluster-{self.scope}-", dir=parent))
-        else:
-            base = self._given_base_dir.resolve()
-            base.mkdir(parents=True, exist_ok=True)
-            contents = [p for p in base.iterdir() if p.name != "logs"]
-            if contents and not (base / MARKER).exists():
-                raise ClusterError(f"{base} is neither empty nor an earlier devcluster base dir")
-            teardown_base_dir(base)
-            for p in contents:
-                if p.is_dir():
-                    shutil.rmtree(p)
-                else:
-                    p.unlink()
-        os.chown(base, uid, gid)
-        base.chmod(0o700)
-        return base
-
-    def _write_marker(self) -> None:
-        me = Proc.of(os.getpid())
-        marker = {
-            "owner_pid": os.getpid(),
-            "owner_start_time": me.start_time if me else None,
-            "scope": self.scope,
-            "created": time.time(),
-            "argv": sys.argv,
-        }
-        (self.base_dir / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    @property
+    def tls_dir(self) -> Path:
+        """Where the REST API's TLS files are copied for the cluster user."""
+        return self.base_dir / "tls"
 
     def _env(self) -> dict[str, str]:
         assert self.runtime is not None
-        return {
-            "PATH": f"{self.runtime.pg_bin_dir}:/usr/local/bin:/usr/bin:/bin",
-            "LANG": "C.UTF-8",
-            "LC_ALL": "C.UTF-8",
-            "TZ": "UTC",
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            ENV_BASE_DIR: str(self.base_dir),
-        }
-
-    def _start_watchdog(self) -> None:
-        """Start the process that cleans up if this one dies without calling :meth:`stop`.
-
-        It blocks reading a pipe whose write end only this process holds; the pipe reaches EOF
-        when this process exits for any reason (even SIGKILL), and the watchdog then kills the
-        run's processes by scanning ``/proc``. It runs in its own session so a Ctrl-C aimed at
-        the terminal's foreground process group does not reach it.
-        """
-        env = {**os.environ, ENV_WATCHDOG: "1"}
-        repo = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
-        with open(self.logs_dir / "watchdog.log", "ab") as out:
-            self._watchdog = subprocess.Popen(
-                [sys.executable, "-m", "devcluster._watchdog", str(self.base_dir)],
-                stdin=subprocess.PIPE,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd="/",
-                start_new_session=True,
-            )
+        return processes.environment(self.runtime, self.base_dir)
 
     def _start_etcd(self, deadline: float) -> None:
         assert self.runtime is not None
-        data = self.base_dir / "etcd"
-        data.mkdir(mode=0o700, exist_ok=True)
-        peer = f"http://{self.etcd_host}:{ETCD_PEER_PORT}"
-        argv = [
-            str(self.runtime.etcd),
-            "--name=devcluster",
-            f"--data-dir={data}",
-            f"--listen-client-urls={self.etcd_url}",
-            f"--advertise-client-urls={self.etcd_url}",
-            f"--listen-peer-urls={peer}",
-            f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=devcluster={peer}",
-            "--initial-cluster-state=new",
-            f"--initial-cluster-token={self.base_dir.name}",
-            "--log-level=warn",
-        ]
-        if _etcd_supports_no_fsync(self.runtime.etcd):
-            argv.append("--unsafe-no-fsync")  # throwaway data; keeps CI disks out of the timings
-        with open(self.etcd_log, "ab") as out:
-            self._etcd_popen = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**self._env(), "HOME": str(data)},
-                cwd=str(data),
-                start_new_session=True,
-            )
-        self._etcd = Proc.of(self._etcd_popen.pid)
-
-        def healthy() -> bool:
-            if self._etcd_popen is not None and self._etcd_popen.poll() is not None:
-                raise ClusterError(
-                    f"etcd exited with {self._etcd_popen.returncode}; "
-                    f"{self.etcd_log}:\n{tail(self.etcd_log)}"
-                )
-            resp = _http.get(self.etcd_host, ETCD_CLIENT_PORT, "/health", timeout=1)
-            return resp.status == 200 and resp.json().get("health") == "true"
-
-        poll_until(
-            healthy,
-            max(1.0, deadline - time.monotonic()),
-            interval=0.1,
-            what=f"etcd to answer healthy on {self.etcd_url}/health",
-            details=lambda: f"{self.etcd_log}:\n{tail(self.etcd_log)}",
+        self._etcd_popen, self._etcd = etcd.start(
+            self.runtime.etcd, self.etcd_host, self.base_dir, self.etcd_log, self._env(), deadline
         )
 
     def patroni_config(self, m: Member) -> dict[str, Any]:
         """The ``patroni.yml`` of member ``m`` (as a dict; written as YAML)."""
         assert self.runtime is not None
-        return {
-            "scope": self.scope,
-            "namespace": NAMESPACE,
-            "name": m.name,
-            "log": {"level": "INFO", "format": "%(asctime)s %(levelname)s: %(message)s"},
-            "restapi": {
-                "listen": f"{m.ip}:{m.api_port}",
-                "connect_address": f"{m.ip}:{m.api_port}",
-                **self._restapi_tls_config(),
-            },
-            **self._ctl_tls_config(),
-            "etcd3": {"hosts": [f"{self.etcd_host}:{ETCD_CLIENT_PORT}"]},
-            "bootstrap": {
-                "dcs": {
-                    "ttl": self.ttl,
-                    "loop_wait": self.loop_wait,
-                    "retry_timeout": self.retry_timeout,
-                    "maximum_lag_on_failover": 16 * 1024 * 1024,
-                    "postgresql": {
-                        # A killed primary diverges from the new timeline; rewind it back.
-                        "use_pg_rewind": True,
-                        "use_slots": True,
-                        "parameters": {
-                            "wal_level": "replica",
-                            "hot_standby": "on",
-                            "wal_log_hints": "on",
-                            "max_connections": 50,
-                            "max_wal_senders": 10,
-                            "max_replication_slots": 10,
-                            "wal_keep_size": "64MB",
-                        },
-                    },
-                },
-                "initdb": [{"encoding": "UTF8"}, {"locale": "C"}, "data-checksums"],
-            },
-            "postgresql": {
-                "listen": f"{m.ip}:{m.pg_port}",
-                "connect_address": f"{m.ip}:{m.pg_port}",
-                "data_dir": str(m.data_dir),
-                "bin_dir": str(self.runtime.pg_bin_dir),
-                "pgpass": str(m.dir / "pgpass"),
-                "use_unix_socket": True,
-                "authentication": {
-                    "superuser": {"username": SUPERUSER, "password": self.superuser_password},
-                    "replication": {
-                        "username": REPLICATION_USER,
-                        "password": self.replication_password,
-                    },
-                },
-                "parameters": {
-                    "unix_socket_directories": str(m.socket_dir),
-                    "shared_buffers": "32MB",
-                    "fsync": "on" if self.fsync else "off",
-                    "logging_collector": "on",
-                    "log_directory": str(self.logs_dir),
-                    "log_filename": f"{m.name}.postgresql.log",
-                    "log_line_prefix": "%m [%p] %q%u@%d ",
-                },
-                "pg_hba": [
-                    "local all all trust",
-                    "local replication all trust",
-                    "host all all 127.0.0.0/8 scram-sha-256",
-                    f"host replication {REPLICATION_USER} 127.0.0.0/8 scram-sha-256",
-                ],
-                "basebackup": [{"checkpoint": "fast"}],
-                # If rewinding fails (or timelines diverged) rebuild from the leader instead of
-                # leaving the member broken: rejoining must be reliable, the data is a copy.
-                "remove_data_directory_on_rewind_failure": True,
-                "remove_data_directory_on_diverged_timelines": True,
-            },
-            "tags": {"nofailover": False, "noloadbalance": False, "clonefrom": False},
-        }
-
-    def _restapi_tls_config(self) -> dict[str, str]:
-        if self.restapi_tls is None:
-            return {}
-        tls = self.base_dir / "tls"
-        return {
-            "certfile": str(tls / "certfile"),
-            "keyfile": str(tls / "keyfile"),
-            "cafile": str(tls / "cafile"),
-            "verify_client": self.restapi_tls.verify_client,
-        }
-
-    def _ctl_tls_config(self) -> dict[str, Any]:
-        """What members present when they call each other's REST API (the leader race)."""
-        if self.restapi_tls is None:
-            return {}
-        tls = self.base_dir / "tls"
-        return {
-            "ctl": {
-                "certfile": str(tls / "client_certfile"),
-                "keyfile": str(tls / "client_keyfile"),
-                "cacert": str(tls / "cafile"),
-            }
-        }
+        return config.patroni_config(
+            m,
+            scope=self.scope,
+            ttl=self.ttl,
+            loop_wait=self.loop_wait,
+            retry_timeout=self.retry_timeout,
+            etcd_host=self.etcd_host,
+            pg_bin_dir=self.runtime.pg_bin_dir,
+            superuser_password=self.superuser_password,
+            replication_password=self.replication_password,
+            fsync=self.fsync,
+            restapi_tls=self.restapi_tls,
+            tls_dir=self.tls_dir,
+        )
 
     def _launch_patroni(self, m: Member) -> None:
         assert self.runtime is not None
-        rt = self.runtime
-        argv = [str(rt.python), "-m", "patroni", str(m.config_file)]
-        env = {**self._env(), "HOME": str(m.dir)}
-        with open(m.patroni_log, "ab") as out:
-            out.write(f"\n===== devcluster: starting {' '.join(argv)}\n".encode())
-            out.flush()
-            if rt.user.drop:
-                popen = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    cwd=str(m.dir),
-                    start_new_session=True,
-                    user=rt.user.uid,
-                    group=rt.user.gid,
-                    extra_groups=[],
-                )
-            else:
-                popen = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    cwd=str(m.dir),
-                    start_new_session=True,
-                )
+        popen = processes.launch_patroni(self.runtime, m, self._env())
         previous = m._popen
         if previous is not None:
             # Reap the earlier Patroni (stopped or killed without a wait), so its Popen is not
@@ -900,22 +423,7 @@ class PatroniCluster:
 
     def status(self, name: str, timeout: float = 1.0) -> MemberStatus:
         """GET ``/primary`` and ``/replica`` on one member (their bodies are Patroni's status)."""
-        m = self.member(name)
-        primary = m.api_get("/primary", timeout=timeout)
-        if primary.status == 0:
-            return MemberStatus(name, False, False, False, None, None, None, None, primary.error)
-        replica = m.api_get("/replica", timeout=timeout)
-        body = (replica if replica.status else primary).json()
-        return MemberStatus(
-            name=name,
-            reachable=True,
-            primary=primary.status == 200,
-            replica=replica.status == 200,
-            role=body.get("role"),
-            state=body.get("state"),
-            replication_state=body.get("replication_state"),
-            timeline=body.get("timeline"),
-        )
+        return member_status(self.member(name), timeout)
 
     def statuses(self) -> list[MemberStatus]:
         """:meth:`status` of every member."""
@@ -923,8 +431,7 @@ class PatroniCluster:
 
     def patroni_info(self, name: str, timeout: float = 2.0) -> dict[str, Any]:
         """``GET /patroni`` of a member (full JSON; ``{}`` when it does not answer)."""
-        m = self.member(name)
-        return m.api_get("/patroni", timeout=timeout).json()
+        return rest.patroni_info(self.member(name), timeout)
 
     def primaries(self) -> list[str]:
         """Members that answer 200 on ``/primary`` right now."""
@@ -951,19 +458,7 @@ class PatroniCluster:
 
     def dcs_leader(self) -> str | None:
         """Who holds the leader lock in etcd (the key outlives a killed leader until its TTL)."""
-        key = f"{NAMESPACE}{self.scope}/leader"
-        resp = _http.request(
-            "POST",
-            self.etcd_host,
-            ETCD_CLIENT_PORT,
-            "/v3/kv/range",
-            {"key": base64.b64encode(key.encode()).decode()},
-            timeout=2,
-        )
-        if resp.status != 200:
-            raise ClusterError(f"etcd range request failed: {resp.status} {resp.error}")
-        kvs = resp.json().get("kvs") or []
-        return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
+        return etcd.leader_key_holder(self.etcd_host, self.scope)
 
     def diagnostics(self, names: Iterable[str] | None = None, lines: int = 25) -> str:
         """Statuses, PIDs and log tails, for error messages: enough to debug a failed CI run."""
@@ -1181,20 +676,7 @@ class PatroniCluster:
         leader = self.member(old)
         with self.watch_leader(exclude={old}) as watch:
             requested_at = time.monotonic()
-            resp = _http.request(
-                "POST",
-                leader.ip,
-                leader.api_port,
-                "/switchover",
-                {"leader": old, "candidate": candidate},
-                timeout=timeout,
-                tls=leader.tls,
-            )
-            if resp.status != 200:
-                raise ClusterError(
-                    f"POST {leader.api_url}/switchover -> {resp.status} {resp.error} "
-                    f"{resp.body.decode(errors='replace')}"
-                )
+            rest.post_switchover(leader, old, candidate, timeout)
             election = watch.result(
                 max(1.0, timeout - (time.monotonic() - requested_at)), self._statuses_text
             )
@@ -1213,16 +695,9 @@ class PatroniCluster:
         if not running:
             raise ClusterError("no running member to configure")
         target = self.member(self.leader() or running[0].name)
-        resp = _http.request(
-            "PATCH", target.ip, target.api_port, "/config", {"pause": enabled}, timeout=5
-        )
-        if resp.status != 200:
-            raise ClusterError(f"PATCH {target.api_url}/config -> {resp.status} {resp.error}")
+        rest.patch_pause(target, enabled)
         poll_until(
-            lambda: all(
-                bool(_http.get(m.ip, m.api_port, "/patroni").json().get("pause")) is enabled
-                for m in running
-            ),
+            lambda: all(rest.reports_pause(m) is enabled for m in running),
             timeout,
             what=f"every member to report pause={enabled}",
             details=self._statuses_text,
@@ -1241,11 +716,7 @@ class PatroniCluster:
 
     def dsn(self, member_or_ip: str, dbname: str = "postgres") -> str:
         """libpq connection string for the superuser on a member (TCP, password auth)."""
-        m = self.member(member_or_ip)
-        return (
-            f"host={m.ip} port={m.pg_port} dbname={dbname} user={SUPERUSER} "
-            f"password={self.superuser_password} connect_timeout=5 application_name=devcluster"
-        )
+        return sql_.dsn(self.member(member_or_ip), self.superuser_password, dbname)
 
     def execute(
         self,
@@ -1255,26 +726,8 @@ class PatroniCluster:
         dbname: str = "postgres",
         timeout: float = 10.0,
     ) -> list[tuple[Any, ...]]:
-        """Run one statement (autocommit) through psycopg2; return the rows, if any.
-
-        ``statement_timeout`` bounds the statement itself (a write to a primary that lost its
-        replicas does not block: the harness uses asynchronous replication).
-        """
-        # Imported by name: psycopg2 ships no type information (types-psycopg2 is not a
-        # project dependency), and the module object is typed Any this way on purpose.
-        psycopg2: Any = importlib.import_module("psycopg2")
-        conn = psycopg2.connect(
-            self.dsn(member_or_ip, dbname),
-            options=f"-c statement_timeout={int(timeout * 1000)}",
-        )
-        try:
-            conn.autocommit = True
-            with conn.cursor() as cur:
-                cur.execute(sql, params)
-                rows = cur.fetchall() if cur.description is not None else []
-        finally:
-            conn.close()
-        return [tuple(r) for r in rows]
+        """Run one statement (autocommit) through psycopg2 (:func:`devcluster.sql.execute`)."""
+        return sql_.execute(self.dsn(member_or_ip, dbname), sql, params, timeout)
 
     def wait_for_rows(
         self,
@@ -1284,27 +737,9 @@ class PatroniCluster:
         timeout: float = 10.0,
         interval: float = 0.05,
     ) -> list[tuple[Any, ...]]:
-        """Repeat a query until it returns rows (replication is asynchronous); return them.
-
-        Errors count as "not yet": on a replica the table itself may not be replayed yet, and a
-        member that is starting refuses connections for a moment.
-        """
-        last_error = ""
-
-        def rows() -> list[tuple[Any, ...]] | None:
-            nonlocal last_error
-            try:
-                return self.execute(member_or_ip, sql, params, timeout=2.0) or None
-            except Exception as exc:  # psycopg2.Error, untyped
-                last_error = f"{type(exc).__name__}: {exc}".strip()
-                return None
-
-        return poll_until(
-            rows,
-            timeout,
-            interval=interval,
-            what=f"rows from {sql!r} on {member_or_ip}",
-            details=lambda: f"last error: {last_error or 'none (no rows)'}",
+        """Repeat a query until it returns rows (:func:`devcluster.sql.wait_for_rows`)."""
+        return sql_.wait_for_rows(
+            self.dsn(member_or_ip), member_or_ip, sql, params, timeout, interval
         )
 
 
@@ -1313,22 +748,6 @@ def running_cluster(**kwargs: Any) -> Iterator[PatroniCluster]:
     """``with running_cluster() as c:`` — shorthand for the context manager."""
     with PatroniCluster(**kwargs) as cluster:
         yield cluster
-
-
-_NO_FSYNC_CACHE: dict[str, bool] = {}
-
-
-def _etcd_supports_no_fsync(etcd: Path) -> bool:
-    key = str(etcd)
-    if key not in _NO_FSYNC_CACHE:
-        try:
-            out = subprocess.run(
-                [key, "--help"], capture_output=True, text=True, timeout=10, check=False
-            )
-            _NO_FSYNC_CACHE[key] = "--unsafe-no-fsync" in out.stdout + out.stderr
-        except (OSError, subprocess.SubprocessError):
-            _NO_FSYNC_CACHE[key] = False
-    return _NO_FSYNC_CACHE[key]
 
 
 @atexit.register

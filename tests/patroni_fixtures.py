@@ -6,9 +6,12 @@ Load it with ``pytest_plugins = ["tests.patroni_fixtures"]`` in ``tests/conftest
 * ``patroni_cluster`` (session): one cluster for the whole session. Starting it costs a few
   seconds, so tests share it; the teardown runs at session end even after failures and on
   Ctrl-C, and keeps the logs (printing where) if any test failed.
-* ``healthy_patroni_cluster`` (function): the same cluster, but first brought back to the
-  state every test may assume: all members running, exactly one leader, all others streaming.
-  Members a previous test stopped or killed are restarted (rejoining via pg_rewind if needed).
+* ``healthy_patroni_cluster`` (function): the same cluster in the state every test may
+  assume: all members running, exactly one leader, all others streaming. After each test it
+  is brought back to that state (members the test stopped or killed are restarted,
+  rejoining via pg_rewind if needed); a test that left it beyond repair **fails** at its
+  teardown, naming itself, and a fresh cluster is started so the next test gets a healthy one
+  (:func:`repair_after`).
 * ``hook`` (module): the hook under real gunicorn with the production config module
   (2 workers, 8 threads), one per test module.
 * ``rig`` (function): the Metacontroller stand-in (:mod:`standin.harness`) driving ``hook``
@@ -24,7 +27,7 @@ Every test that uses either fixture is marked ``patroni`` automatically, so
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -54,20 +57,47 @@ def patroni_cluster(request: pytest.FixtureRequest) -> Iterator[PatroniCluster]:
         cluster.stop(keep_logs=request.session.testsfailed > 0)
 
 
-@pytest.fixture
-def healthy_patroni_cluster(patroni_cluster: PatroniCluster) -> PatroniCluster:
-    """The session cluster with all members up, one leader and the others streaming.
+#: How long a test's members may take to rejoin after it (pg_rewind, or a re-clone).
+REPAIR_TIMEOUT = 120.0
+#: How long a fresh cluster may take to start when the old one is beyond repair.
+RESTART_TIMEOUT = 90.0
 
-    If a previous test left the cluster beyond repair (members that do not rejoin within the
-    timeout), it is replaced by a fresh one, so one broken test does not fail all that follow;
-    the reason is printed and the old logs are kept.
+
+class Repairable(Protocol):
+    def ensure_healthy(self, timeout: float = ...) -> str: ...
+    def restart(self, timeout: float = ...) -> None: ...
+
+
+def repair_after(cluster: Repairable, test: str) -> str | None:
+    """Bring ``cluster`` back to healthy after ``test``; ``None`` when that worked, else what
+    to fail ``test`` with (the cluster is then replaced by a fresh one for the next test).
+
+    Replacing it silently, as this fixture used to at the next test's start, let the test
+    that broke the cluster pass and blamed nobody.
     """
     try:
-        patroni_cluster.ensure_healthy(timeout=120)
+        cluster.ensure_healthy(timeout=REPAIR_TIMEOUT)
     except ClusterError as exc:
-        print(f"\ncluster not healthy, starting a fresh one (logs kept): {exc}")
-        patroni_cluster.restart(timeout=90)
-    return patroni_cluster
+        cluster.restart(timeout=RESTART_TIMEOUT)
+        return (
+            f"{test} left the real cluster beyond repair (not healthy {REPAIR_TIMEOUT:.0f} s "
+            f"after it; a fresh cluster was started for the next test, the old logs kept): {exc}"
+        )
+    return None
+
+
+@pytest.fixture
+def healthy_patroni_cluster(
+    patroni_cluster: PatroniCluster, request: pytest.FixtureRequest
+) -> Iterator[PatroniCluster]:
+    """The session cluster with all members up, one leader and the others streaming; the
+    test fails at teardown if it left the cluster beyond repair (:func:`repair_after`)."""
+    # Every earlier user repaired it at its own teardown: this only waits for the replicas.
+    patroni_cluster.ensure_healthy(timeout=REPAIR_TIMEOUT)
+    yield patroni_cluster
+    problem = repair_after(patroni_cluster, request.node.nodeid)
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import requests
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from standin.gunicorn import GunicornHook, free_port, gunicorn_hook
 from tests.helpers import fixture
@@ -58,14 +59,24 @@ def test_sync_under_gunicorn_keeps_the_service_when_no_member_answers(hook: Guni
     assert reply["resyncAfterSeconds"] < 1
 
 
+def accesses(hook: GunicornHook) -> int:
+    return sum('"gunicorn.access"' in line for line in hook.log_lines())
+
+
 def test_every_log_line_is_json_and_sync_lines_name_the_cluster(hook: GunicornHook) -> None:
+    accesses_before = accesses(hook)
     requests.post(
         f"{hook.url}/sync",
         json=sync_body(),
         timeout=5,
         headers={**hook.headers, "X-Request-Id": "req-123"},
     )
-    time.sleep(0.2)
+    # gunicorn writes the access line after the response: wait for it (bounded), not a
+    # fixed sleep that a loaded machine outlasts.
+    deadline = time.monotonic() + 10
+    while accesses(hook) <= accesses_before:
+        assert time.monotonic() < deadline, "no access line for the sync within 10 s"
+        time.sleep(0.05)
     records = [json.loads(line) for line in hook.log_lines() if line.strip()]
     assert records, "gunicorn printed nothing"
     sync_lines = [
@@ -79,6 +90,28 @@ def test_every_log_line_is_json_and_sync_lines_name_the_cluster(hook: GunicornHo
     assert any(r.get("logger") == "gunicorn.access" for r in records)
 
 
+NO_LEADER_REPLIES = ("pgfh_sync_replies_total", {"decision": "NoLeader"})
+
+
+def replies_per_worker(metrics_dir: Path) -> dict[str, float]:
+    """``NoLeader`` replies counted by each worker process, from its own multiprocess files
+    (``<type>_<pid>.db``), read one process at a time: what the merge in /metrics adds up."""
+    by_pid: dict[str, list[str]] = {}
+    for path in sorted(metrics_dir.glob("*.db")):
+        by_pid.setdefault(path.stem.rsplit("_", 1)[-1], []).append(str(path))
+    name, labels = NO_LEADER_REPLIES
+    counts: dict[str, float] = {}
+    for pid, files in by_pid.items():
+        merged = MultiProcessCollector.merge(files, accumulate=True)  # type: ignore[no-untyped-call]
+        counts[pid] = sum(
+            sample.value
+            for metric in merged
+            for sample in metric.samples
+            if sample.name == name and sample.labels == labels
+        )
+    return counts
+
+
 def test_metrics_add_up_across_worker_processes(hook: GunicornHook) -> None:
     def replies() -> float:
         text = requests.get(f"{hook.url}/metrics", timeout=5).text
@@ -88,15 +121,29 @@ def test_metrics_add_up_across_worker_processes(hook: GunicornHook) -> None:
             if line.startswith('pgfh_sync_replies_total{decision="NoLeader"}')
         )
 
-    before = replies()
-    for _ in range(20):  # spread over both workers by the kernel's accept balancing
+    metrics_dir = Path(hook.metrics_dir)
+    before, before_per_worker = replies(), replies_per_worker(metrics_dir)
+    sent = 0
+    served: dict[str, float] = {}
+    # A new connection per request: the kernel spreads them over both workers' accepts.
+    # Until two distinct workers have served some (bounded: each almost always does
+    # within the first 20).
+    while sent < 20 or (len(served) < 2 and sent < 400):
         response = requests.post(
             f"{hook.url}/sync", json=sync_body(), timeout=5, headers=hook.headers
         )
         assert response.status_code == 200
-    assert replies() == before + 20
-    pid_files = {p.name.split("_")[-1] for p in Path(hook.metrics_dir).glob("*.db")}
-    assert len(pid_files) >= 1
+        sent += 1
+        if sent % 10 == 0 or sent >= 20:
+            after = replies_per_worker(metrics_dir)
+            served = {
+                pid: count - before_per_worker.get(pid, 0.0)
+                for pid, count in after.items()
+                if count > before_per_worker.get(pid, 0.0)
+            }
+    assert len(served) >= 2, f"only worker(s) {sorted(served)} served {sent} syncs"
+    assert sum(served.values()) == sent, served
+    assert replies() == before + sent, "/metrics is the sum of every worker's counts"
 
 
 def test_sigterm_stops_gracefully_within_the_graceful_timeout(tmp_path: Path) -> None:

@@ -164,6 +164,32 @@ def test_shard_assignment_is_stable_and_even() -> None:
     assert all(abs(c - 10_000 / K) < 0.05 * 10_000 / K for c in counts.values()), counts
 
 
+#: Golden shards of fixed clusters for K = 2, 3, 5 and 8. A labelled cluster keeps its label
+#: for ever (the admission policy refuses a change), so a change of the hash (another
+#: algorithm, encoding, separator or reduction) would put every new cluster of a namespace
+#: on a different shard than ``assign`` told its operator, and ``label`` would disagree
+#: with the labels already set: this must fail first.
+PINNED_SHARDS = {
+    ("databases", "pg-orders"): (0, 0, 3, 2),
+    ("databases", "pg-billing"): (1, 1, 0, 1),
+    ("databases", "pg-orders-2"): (1, 1, 2, 5),
+    ("default", "pg-0"): (0, 2, 4, 4),
+    ("payments", "orders-eu-1"): (1, 2, 0, 1),
+    ("team-a", "pg"): (0, 1, 1, 0),
+}
+
+
+@pytest.mark.parametrize(("namespace", "name"), list(PINNED_SHARDS))
+def test_the_shard_of_a_fixed_cluster_never_changes(namespace: str, name: str) -> None:
+    got = tuple(shards.shard_of(namespace, name, k) for k in (2, 3, 5, 8))
+    assert got == PINNED_SHARDS[(namespace, name)]
+
+
+def test_the_documented_example_is_the_pinned_shard() -> None:
+    assert "assign 5 databases/pg-orders      # -> 3" in (shards.__doc__ or "")
+    assert PINNED_SHARDS[("databases", "pg-orders")][2] == 3
+
+
 def test_shard_script_commands() -> None:
     run = [sys.executable, str(SCRIPT)]
     out = subprocess.run(

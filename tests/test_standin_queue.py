@@ -70,10 +70,17 @@ class Scripted(MetacontrollerStandIn):
             return list(self.times)
 
 
+#: The scripted replies: the first asks for a resync after SHORT s, every later one after
+#: LONG s. The bounds below come from these two, not from guessed slack: a resync that the
+#: event postponed would come LONG s after its sync, one that was kept comes SHORT s after the
+#: first; the event comes EVENT_AT s in, well before the SHORT entry is due.
+SHORT, LONG, EVENT_AT = 1.0, 30.0, 0.2
+
+
 @pytest.fixture
 def scripted() -> Iterator[Scripted]:
-    # Replies: 0.6 s, then 30 s (the event-triggered sync's reply), then 30 s.
-    loop = Scripted([0.6, 30.0, 30.0])
+    # Replies: SHORT, then LONG (the event-triggered sync's reply), then LONG.
+    loop = Scripted([SHORT, LONG, LONG])
     loop.start()
     try:
         yield loop
@@ -82,16 +89,18 @@ def scripted() -> Iterator[Scripted]:
 
 
 def test_an_event_sync_does_not_postpone_a_waiting_resync(scripted: Scripted) -> None:
-    """Reply 1 asks for 0.6 s; an event 0.2 s later brings sync 2, whose reply asks for 30 s.
-    Metacontroller still syncs at 0.6 s (the earlier readyAt is kept); the old stand-in
-    waited 30 s."""
+    """Reply 1 asks for SHORT s; an event EVENT_AT s later brings sync 2, whose reply asks for
+    LONG s. Metacontroller still syncs at SHORT s (the earlier readyAt is kept); the old
+    stand-in waited LONG s."""
     first = scripted.wait_syncs(1)[0]
-    time.sleep(0.2)
+    time.sleep(EVENT_AT)
     scripted.trigger()
-    times = scripted.wait_syncs(3, timeout=3.0)
-    assert times[1] - first < 0.5, "the event synced at once"
-    assert 0.55 < times[2] - first < 1.2, f"the first resync came {times[2] - first:.2f} s after"
+    times = scripted.wait_syncs(3, timeout=LONG / 2)
+    assert times[1] - first < SHORT, "the event synced at once, before the entry was due"
+    resync = times[2] - first
+    # (a timed wait may wake a few ms early; the entry fires then all the same)
+    assert SHORT - 0.05 <= resync < LONG / 2, f"the first resync came {resync:.2f} s after"
     time.sleep(0.5)
-    assert len(scripted.times) == 3, "then nothing until the 30 s entry: it fired once"
+    assert len(scripted.times) == 3, "then nothing until the LONG entry: it fired once"
     assert scripted.scheduled.ready_at is not None
-    assert scripted.scheduled.ready_at - times[2] == pytest.approx(30.0, abs=0.01)
+    assert scripted.scheduled.ready_at - times[2] == pytest.approx(LONG, abs=0.01)

@@ -75,21 +75,23 @@ def connect(kubeconfig: str | None, context: str | None) -> Connection:
     """Load the kubeconfig as kubectl does: ``--kubeconfig``, ``$KUBECONFIG``, ``~/.kube/config``.
 
     Inside a pod without any kubeconfig it falls back to the pod's service account, as kubectl
-    does. No kubeconfig at all is a :class:`KubeError` that says where it looked.
+    does. No kubeconfig at all is a :class:`KubeError` that says so plainly, where it looked
+    and how to point at one (the client's own message would be a parser's complaint about a
+    file that does not exist).
     """
     configuration = client.Configuration()
-    path = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    paths, source = kubeconfig_paths(kubeconfig, os.environ)
+    if not any(os.path.exists(os.path.expanduser(p)) for p in paths):
+        if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ:
+            return _in_cluster(configuration)
+        raise KubeError(no_kubeconfig_message(paths, source))
+    path = os.pathsep.join(paths)
     try:
         contexts, current = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
             config_file=path
         )
     except ConfigException as exc:
-        if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ:
-            return _in_cluster(configuration)
-        raise KubeError(
-            f"no kubeconfig: nothing usable at {path} ({exc}); pass --kubeconfig, set "
-            "KUBECONFIG, or run where kubectl works"
-        ) from exc
+        raise KubeError(f"the kubeconfig at {path} cannot be used: {exc}") from exc
     chosen = current
     if context is not None:
         chosen = next((c for c in contexts if c.get("name") == context), None)
@@ -108,6 +110,26 @@ def connect(kubeconfig: str | None, context: str | None) -> Connection:
     namespace = ((chosen or {}).get("context") or {}).get("namespace") or "default"
     configuration.retries = 1
     return Connection(client.ApiClient(configuration), configuration.host, str(namespace))
+
+
+def kubeconfig_paths(flag: str | None, environ: Mapping[str, str]) -> tuple[list[str], str]:
+    """The kubeconfig files kubectl would read, and where that list came from."""
+    if flag:
+        return [flag], "--kubeconfig"
+    listed = [p for p in environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if listed:
+        return listed, "$KUBECONFIG"
+    return ["~/.kube/config"], "the default, as $KUBECONFIG is not set"
+
+
+def no_kubeconfig_message(paths: list[str], source: str) -> str:
+    """What to tell a user none of whose kubeconfig files exists."""
+    shown = ", ".join(os.path.expanduser(p) for p in paths)
+    missing = "it does not exist" if len(paths) == 1 else "none of them exists"
+    return (
+        f"no kubeconfig found: looked at {shown} ({source}) and {missing}; point at one with "
+        "--kubeconfig FILE or KUBECONFIG=FILE, or run where kubectl works"
+    )
 
 
 def _in_cluster(configuration: Any) -> Connection:

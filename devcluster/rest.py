@@ -1,0 +1,50 @@
+"""What the harness asks of a member's Patroni REST API beyond its status: a switchover, the
+maintenance mode, the full ``GET /patroni``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from devcluster import _http
+from devcluster.errors import ClusterError
+from devcluster.layout import Member
+
+
+def patroni_info(member: Member, timeout: float = 2.0) -> dict[str, Any]:
+    """``GET /patroni`` of a member (full JSON; ``{}`` when it does not answer)."""
+    return member.api_get("/patroni", timeout=timeout).json()
+
+
+def post_switchover(leader: Member, old: str, candidate: str, timeout: float) -> None:
+    """``POST /switchover`` on the leader; raises unless Patroni answers 200.
+
+    The request carries no credentials: the harness configures no REST API authentication.
+    """
+    resp = _http.request(
+        "POST",
+        leader.ip,
+        leader.api_port,
+        "/switchover",
+        {"leader": old, "candidate": candidate},
+        timeout=timeout,
+        tls=leader.tls,
+    )
+    if resp.status != 200:
+        raise ClusterError(
+            f"POST {leader.api_url}/switchover -> {resp.status} {resp.error} "
+            f"{resp.body.decode(errors='replace')}"
+        )
+
+
+def patch_pause(target: Member, enabled: bool) -> None:
+    """``PATCH /config {"pause": enabled}``: Patroni's maintenance mode for the whole cluster."""
+    resp = _http.request(
+        "PATCH", target.ip, target.api_port, "/config", {"pause": enabled}, timeout=5
+    )
+    if resp.status != 200:
+        raise ClusterError(f"PATCH {target.api_url}/config -> {resp.status} {resp.error}")
+
+
+def reports_pause(member: Member) -> bool:
+    """Whether a member's ``GET /patroni`` says the cluster is paused."""
+    return bool(_http.get(member.ip, member.api_port, "/patroni").json().get("pause"))
