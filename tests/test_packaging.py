@@ -154,8 +154,10 @@ def test_make_image_picks_docker_only_when_a_daemon_answers() -> None:
 
 def test_make_image_without_any_builder_says_what_to_install_in_one_line() -> None:
     result = subprocess.run(
-        ["make", "--no-print-directory", "-C", str(REPO), "image"]
-        + ["DOCKER=false", "BUILDAH=no-such-buildah", "PODMAN=no-such-podman"],
+        [
+            *("make", "--no-print-directory", "-C", str(REPO), "image"),
+            *("DOCKER=false", "BUILDAH=no-such-buildah", "PODMAN=no-such-podman"),
+        ],
         capture_output=True,
         text=True,
         check=False,
