@@ -28,6 +28,7 @@ import requests
 from packaging.utils import canonicalize_name
 
 from standin.gunicorn import gunicorn_hook
+from standin.harness import HOOK_FROM, rig_hook
 from standin.image import (
     DEFAULT_APP,
     ImageHook,
@@ -345,3 +346,19 @@ def test_a_base_without_python_fails_at_the_first_step_naming_it(
     steps = re.findall(r"STEP \d+/\d+: (\w+)", output)
     assert steps[-1] == "RUN" and "RUN" not in steps[:-1], f"not at its first RUN: {steps}"
     assert not image_exists("localhost/pgfh-must-not-exist:1")
+
+
+def test_the_rig_switches_to_the_image_with_one_setting(
+    built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(HOOK_FROM, "image")
+    with rig_hook(tmp_path / "image", image=built.image, workers=1, threads=2) as running:
+        assert isinstance(running, ImageHook)
+        assert requests.get(f"{running.url}/healthz", timeout=5).status_code == 200
+    monkeypatch.setenv(HOOK_FROM, "worktree")
+    (tmp_path / "tree").mkdir()
+    with rig_hook(tmp_path / "tree", workers=1, threads=2) as running:
+        assert not isinstance(running, ImageHook)
+    monkeypatch.setenv(HOOK_FROM, "registry")
+    with pytest.raises(ValueError, match="PGFH_TEST_HOOK_FROM='registry'"):
+        rig_hook(tmp_path / "bad")
