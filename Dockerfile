@@ -1,32 +1,52 @@
 # pg-failover-hook image: gunicorn + the Flask hook, nothing else.
 #
-#   make image                                  # docker build -t ghcr.io/adg-io/pg-failover-hook:<version> .
+#   make image                                  # docker build when a Docker daemon answers,
+#                                               # else buildah bud (no daemon needed)
 #   make image IMAGE=registry.example.com/team/pg-failover-hook:0.1.0
 #
-# The base is pinned by digest (both stages use the same one, so the venv built in the first
-# stage runs unchanged in the second). The digest below is the one public references record for
-# python:3.11.10-slim-bookworm; it could not be pulled or checked from where this was written
-# (no access to Docker Hub). Check it, and move it forward for Debian and Python security fixes,
-# with:  docker buildx imagetools inspect python:3.11-slim-bookworm   (docs/deploy.md, "Build the
-# image"), then change both FROM lines.
+# The base is a build argument pinned by digest, used by both stages (so the venv built in the
+# first stage runs unchanged in the second). Its default is what a user builds and ships; the
+# tests substitute a local stand-in for it (--build-arg BASE=..., standin/image_build.py), a
+# Debian bookworm with Python 3.11 where the official image has it. The digest is the one public
+# references record for python:3.11.10-slim-bookworm; it could not be pulled or checked from
+# where this was written (no access to Docker Hub). Check it, and move it forward for Debian and
+# Python security fixes, with:  docker buildx imagetools inspect python:3.11-slim-bookworm
+# (docs/deploy.md, "Build the image"), then change the ARG below.
 #
 # Dependencies come from the lock requirements/runtime.txt (exact versions, sha256 hashes:
 # `make lock` refreshes it), so the image holds the versions the tests passed with.
 
-FROM python:3.11.10-slim-bookworm@sha256:840e180ebcc6e5c8efab209c43f5e40fd2af98cb49db5c7103c90539c56bb30e AS builder
+ARG BASE=python:3.11.10-slim-bookworm@sha256:840e180ebcc6e5c8efab209c43f5e40fd2af98cb49db5c7103c90539c56bb30e
+
+FROM ${BASE} AS builder
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 
-RUN python -m venv /opt/venv
+# A base without Python (or without its venv module) stops here, naming the base.
+ARG BASE
+RUN python -c 'import venv' 2>/dev/null \
+    || { echo "the base image ${BASE} has no python with the venv module on its PATH:" \
+              "build FROM a python:3.11 image (ARG BASE)" >&2; exit 1; } \
+    && python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
 WORKDIR /src
 # The locked runtime dependencies first (their own layer: cached until the lock changes);
 # --require-hashes refuses any file whose hash is not in the lock.
+#
+# Optional, for networks whose path to PyPI presents a certificate authority that the build
+# host trusts but the base does not: hand the host's CA bundle in as the build secret
+# "pipcert" (make image does when /etc/ssl/certs/ca-certificates.crt exists); it is mounted
+# for this step only and never lands in a layer. PIP_INDEX_URL (a build argument, passed by
+# make image when set in its environment) points pip at an index mirror. Without either,
+# pip uses PyPI and the base's own CAs.
+ARG PIP_INDEX_URL
 COPY requirements/runtime.txt ./requirements/
-RUN pip install --no-cache-dir --require-hashes --no-deps -r requirements/runtime.txt
+RUN --mount=type=secret,id=pipcert,target=/run/secrets/pipcert \
+    if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
+    && pip install --no-cache-dir --require-hashes --no-deps -r requirements/runtime.txt
 
 COPY pyproject.toml README.md LICENSE ./
 COPY hooks ./hooks
@@ -34,11 +54,14 @@ COPY hooks ./hooks
 # A regular (non-editable) install of the project alone (its dependencies are in already), then
 # byte-compile everything: the root filesystem is read-only at run time, so Python could not
 # write .pyc files there. unchecked-hash .pyc files stay valid whatever the files' mtimes.
-RUN pip install --no-cache-dir --no-deps . \
+# pip fetches the build backend (pyproject.toml's build-system) here: the same optional CA.
+RUN --mount=type=secret,id=pipcert,target=/run/secrets/pipcert \
+    if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
+    && pip install --no-cache-dir --no-deps . \
     && python -m compileall -q -f -j 0 --invalidation-mode unchecked-hash /opt/venv
 
 
-FROM python:3.11.10-slim-bookworm@sha256:840e180ebcc6e5c8efab209c43f5e40fd2af98cb49db5c7103c90539c56bb30e
+FROM ${BASE}
 
 # PROMETHEUS_MULTIPROC_DIR must be in the environment before Python starts (prometheus-client
 # picks its value class at import); the Deployment mounts an emptyDir there.

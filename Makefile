@@ -18,11 +18,28 @@ UV_COMPILE    = $(BIN)/uv pip compile pyproject.toml --universal --python-versio
 
 # The image (Dockerfile). Override IMAGE to build for your registry:
 #   make image IMAGE=registry.example.com/team/pg-failover-hook:0.1.0 && docker push ...
+# With docker when a Docker daemon answers, else with buildah (or podman), which need no
+# daemon (BUILDER=docker|buildah|podman chooses). BASE overrides the Dockerfile's pinned base
+# (the tests build on a local stand-in: standin/image_build.py). The host's CA bundle goes in
+# as the build secret "pipcert" (for a path to PyPI whose CA only the host trusts; never in a
+# layer), and pip's index mirror, if this machine's pip uses one, as PIP_INDEX_URL.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE   ?= ghcr.io/adg-io/pg-failover-hook:$(VERSION)
 DOCKER  ?= docker
+BUILDAH ?= buildah
+PODMAN  ?= podman
+BASE    ?=
+BUILDER ?= $(shell if $(DOCKER) info >/dev/null 2>&1; then echo docker; \
+             elif command -v $(BUILDAH) >/dev/null 2>&1; then echo buildah; \
+             elif command -v $(PODMAN) >/dev/null 2>&1; then echo podman; else echo none; fi)
+BUILD_CA ?= $(or $(PIP_CERT),$(wildcard /etc/ssl/certs/ca-certificates.crt))
+PIP_INDEX_URL ?= $(shell $(PYTHON) -m pip config get global.index-url 2>/dev/null)
+BUILD_FLAGS = $(if $(BASE),--build-arg BASE=$(BASE)) \
+              $(if $(PIP_INDEX_URL),--build-arg PIP_INDEX_URL=$(PIP_INDEX_URL)) \
+              $(if $(BUILD_CA),--secret id=pipcert$(,)src=$(BUILD_CA))
+, := ,
 
-.PHONY: help venv demo serve test lint bench clean lock image promtool mutation readme-figures controlplane
+.PHONY: help venv demo serve test lint bench clean lock image image-tools promtool mutation readme-figures controlplane
 
 help: ## list the targets and what each does
 	@awk -F ':[^#]*## ' '/^[a-z][a-z-]*:[^#]*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -66,7 +83,7 @@ lint: $(STAMP) ## ruff, ruff format --check, mypy --strict, the import contracts
 # The junit file is what `make readme-figures` writes the README's test figures from.
 JUNIT := .run/junit.xml
 
-test: $(STAMP) lint promtool controlplane ## lint, then the whole test suite (writes .run/junit.xml)
+test: $(STAMP) lint promtool image-tools controlplane ## lint, then the whole test suite (writes .run/junit.xml)
 	$(BIN)/python -m pytest --junitxml=$(JUNIT)
 
 readme-figures: $(STAMP) ## rewrite the README's test figures from the last `make test` (.run/junit.xml)
@@ -92,6 +109,24 @@ promtool: ## install promtool and prometheus (Debian's package) when missing and
 	    exit 1; \
 	  fi; }
 
+# The image tests (tests/test_image.py) build the Dockerfile without a Docker daemon on a
+# stand-in base made by debootstrap, with buildah: installed here when missing and we are root
+# with apt-get (as .ci/run does).
+IMAGE_TOOLS := debootstrap buildah
+
+image-tools: ## install debootstrap and buildah (the image tests) when missing and root
+	@missing=""; for tool in $(IMAGE_TOOLS); do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's$$missing (the image tests)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else \
+	    echo "$$missing missing: apt-get install -y$$missing (Debian, as root), as .ci/run does"; \
+	    exit 1; \
+	  fi; \
+	fi
+
 # Re-resolve the lock from pyproject.toml (newest versions within its ranges), then
 # reinstall .venv from it. Run the tests before committing the new lock.
 lock: $(STAMP) ## re-resolve the lock from pyproject.toml's ranges, reinstall .venv
@@ -99,8 +134,16 @@ lock: $(STAMP) ## re-resolve the lock from pyproject.toml's ranges, reinstall .v
 	$(UV_COMPILE) -o $(LOCK_RUNTIME)
 	$(MAKE) venv
 
-image: ## docker build the image as $(IMAGE)
-	$(DOCKER) build -t $(IMAGE) .
+image: ## build the image as $(IMAGE): docker when a daemon answers, else buildah or podman
+ifeq ($(BUILDER),docker)
+	$(DOCKER) build $(strip $(BUILD_FLAGS) -t $(IMAGE)) .
+else ifeq ($(BUILDER),buildah)
+	$(BUILDAH) bud --isolation chroot --layers $(strip $(BUILD_FLAGS) -t $(IMAGE)) .
+else ifeq ($(BUILDER),podman)
+	$(PODMAN) build --isolation chroot --layers $(strip $(BUILD_FLAGS) -t $(IMAGE)) .
+else
+	@echo "make image: no Docker daemon answers ($(DOCKER) info) and neither buildah nor podman is installed: start Docker, or apt-get install -y buildah"; exit 1
+endif
 
 bench: $(STAMP) ## measure failovers against the real cluster (python -m bench.failover)
 	$(BIN)/python -m bench.failover

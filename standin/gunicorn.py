@@ -135,32 +135,45 @@ def gunicorn_hook(
         verify=verify,
     )
     try:
-        deadline = time.monotonic() + ready_timeout
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(
-                    f"gunicorn exited {process.returncode}:\n{log_path.read_text()[-3000:]}"
-                )
-            try:
-                if (
-                    requests.get(f"{hook.url}/readyz", timeout=0.5, verify=verify).status_code
-                    == 200
-                ):
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"gunicorn not ready in {ready_timeout} s:\n{log_path.read_text()[-3000:]}"
-                )
-            time.sleep(0.05)
-        with _CREDENTIALS_LOCK:
-            _CREDENTIALS[hook.url] = hook.headers
-        yield hook
+        with serving(hook, ready_timeout):
+            yield hook
+    finally:
+        stop(process)
+
+
+@contextmanager
+def serving(hook: GunicornHook, ready_timeout: float) -> Iterator[None]:
+    """Wait until ``hook`` answers ``/readyz``, and present its token while in the block.
+
+    Shared with the runner of the image (:mod:`standin.image`): whatever started gunicorn,
+    the rig sees a hook the same way.
+    """
+    deadline = time.monotonic() + ready_timeout
+    while True:
+        if hook.process.poll() is not None:
+            raise RuntimeError(
+                f"gunicorn exited {hook.process.returncode}:\n{hook.log_path.read_text()[-3000:]}"
+            )
+        try:
+            if (
+                requests.get(f"{hook.url}/readyz", timeout=0.5, verify=hook.verify).status_code
+                == 200
+            ):
+                break
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"gunicorn not ready in {ready_timeout} s:\n{hook.log_path.read_text()[-3000:]}"
+            )
+        time.sleep(0.05)
+    with _CREDENTIALS_LOCK:
+        _CREDENTIALS[hook.url] = hook.headers
+    try:
+        yield
     finally:
         with _CREDENTIALS_LOCK:
             _CREDENTIALS.pop(hook.url, None)
-        stop(process)
 
 
 def stop(process: subprocess.Popen[bytes], timeout: float = 25.0) -> None:

@@ -18,14 +18,18 @@ same thing. Kubernetes is modelled only where the hook can see it:
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from devcluster import LeaderElection, PatroniCluster
 from standin.apply import World
+from standin.gunicorn import GunicornHook, gunicorn_hook
 from standin.loop import MetacontrollerStandIn, SyncRecord, make_pod
 
 NAMESPACE = "databases"
@@ -34,6 +38,28 @@ SERVICE = "pg-orders-primary"
 READ_ONLY_SERVICE = "pg-orders-replicas"
 PRIMARY_SELECTOR = {"application": "patroni", "cluster-name": CLUSTER}
 PARENT_UID = "6f1d8c3e-2b7a-4e59-9c0d-3a5b7e91f2c4"
+
+
+#: Where the rig's hook comes from: ``worktree`` (default: gunicorn on this checkout's code,
+#: :func:`standin.gunicorn.gunicorn_hook`) or ``image`` (the image built from the Dockerfile,
+#: run as the Deployment runs it: :func:`standin.image.image_hook`).
+HOOK_FROM = "PGFH_TEST_HOOK_FROM"
+HOOK_SOURCES = ("worktree", "image")
+
+
+def rig_hook(
+    workdir: Path, *, source: str | None = None, **kwargs: Any
+) -> AbstractContextManager[GunicornHook]:
+    """The hook for a rig, from ``source`` (default: ``$PGFH_TEST_HOOK_FROM``, else the work
+    tree); the same arguments as :func:`standin.gunicorn.gunicorn_hook`, the same hook."""
+    source = source or os.environ.get(HOOK_FROM) or "worktree"
+    if source == "worktree":
+        return gunicorn_hook(workdir, **kwargs)
+    if source == "image":
+        from standin.image import image_hook
+
+        return image_hook(workdir, **kwargs)
+    raise ValueError(f"{HOOK_FROM}={source!r}: one of {', '.join(HOOK_SOURCES)}")
 
 
 def cluster_parent(spec: dict[str, Any] | None = None) -> dict[str, Any]:

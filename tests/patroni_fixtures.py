@@ -13,7 +13,8 @@ Load it with ``pytest_plugins = ["tests.patroni_fixtures"]`` in ``tests/conftest
   teardown, naming itself, and a fresh cluster is started so the next test gets a healthy one
   (:func:`repair_after`).
 * ``hook`` (module): the hook under real gunicorn with the production config module
-  (2 workers, 8 threads), one per test module.
+  (2 workers, 8 threads), one per test module; from the work tree, or from the built image
+  with ``PGFH_TEST_HOOK_FROM=image`` (:func:`standin.harness.rig_hook`).
 * ``rig`` (function): the Metacontroller stand-in (:mod:`standin.harness`) driving ``hook``
   for the healthy cluster, started once the Services route to the current leader (and,
   with ``spec.replicaService``, the read-only endpoints to its replicas); after the test,
@@ -32,8 +33,8 @@ from typing import Any, Protocol
 import pytest
 
 from devcluster import ClusterError, PatroniCluster
-from standin.gunicorn import GunicornHook, gunicorn_hook
-from standin.harness import READ_ONLY_SERVICE, Rig, start_rig
+from standin.gunicorn import GunicornHook
+from standin.harness import READ_ONLY_SERVICE, Rig, rig_hook, start_rig
 
 _FIXTURES = {"patroni_cluster", "healthy_patroni_cluster"}
 
@@ -103,7 +104,7 @@ def healthy_patroni_cluster(
 @pytest.fixture(scope="module")
 def hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornHook]:
     """The hook under real gunicorn (production config module), shared by a test module."""
-    with gunicorn_hook(tmp_path_factory.mktemp("hook"), workers=2, threads=8) as running:
+    with rig_hook(tmp_path_factory.mktemp("hook"), workers=2, threads=8) as running:
         yield running
 
 

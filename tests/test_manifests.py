@@ -1199,16 +1199,37 @@ def dockerfile_stages() -> list[list[tuple[str, str]]]:
         logical.append(pending + stripped)
         pending = ""
     stages: list[list[tuple[str, str]]] = []
+    global_args: dict[str, str] = {}
     for instruction in logical:
         keyword, _, arguments = instruction.partition(" ")
         keyword = keyword.upper()
         if keyword == "FROM":
             stages.append([])
+            # FROM ${BASE}: the default of the global ARG (what a plain build uses).
+            arguments = re.sub(r"\$\{(\w+)\}", lambda m: global_args[m.group(1)], arguments)
         elif not stages:
             assert keyword == "ARG", f"{keyword} before the first FROM"
+            name, _, default = arguments.strip().partition("=")
+            global_args[name] = default
             continue
         stages[-1].append((keyword, arguments.strip()))
     return stages
+
+
+def test_dockerfile_base_is_one_build_argument_for_both_stages() -> None:
+    """``--build-arg BASE=`` replaces both stages' base (the tests' stand-in does)."""
+    froms = [
+        line.split()[1]
+        for line in DOCKERFILE.read_text(encoding="utf-8").splitlines()
+        if line.startswith("FROM ")
+    ]
+    assert froms == ["${BASE}", "${BASE}"]
+    (first,) = [
+        line
+        for line in DOCKERFILE.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ][:1]
+    assert first.startswith("ARG BASE=python:3.11"), "the pinned default comes first"
 
 
 def test_dockerfile_final_stage() -> None:
@@ -1227,6 +1248,14 @@ def test_dockerfile_final_stage() -> None:
     ), "dependencies from the lock"
     assert any(k == "RUN" and "pip install --no-cache-dir --no-deps ." in a for k, a in builder)
     assert any(k == "RUN" and "compileall" in a for k, a in builder)
+    # The host's CA reaches pip as a build secret (never a COPY), only where pip downloads.
+    pip_runs = [a for k, a in builder if k == "RUN" and "pip install" in a]
+    assert pip_runs and all(
+        a.startswith("--mount=type=secret,id=pipcert,target=/run/secrets/pipcert ")
+        and "PIP_CERT=/run/secrets/pipcert" in a
+        for a in pip_runs
+    ), pip_runs
+    assert not any("pipcert" in a for k, a in builder if k in {"COPY", "ADD", "ENV"})
 
     final_instructions = [k for k, _ in final]
     users = [a for k, a in final if k == "USER"]

@@ -121,10 +121,50 @@ def test_make_image_tags_with_a_variable_defaulting_to_the_deployments_image() -
             check=True,
         ).stdout
 
-    assert f"docker build -t {deployment_image()} ." in dry()
-    assert "docker build -t registry.example.com/t/pgfh:9.9 ." in dry(
-        "IMAGE=registry.example.com/t/pgfh:9.9"
+    for builder, command in (
+        ("docker", "docker build"),
+        ("buildah", "buildah bud --isolation chroot --layers"),
+        ("podman", "podman build --isolation chroot --layers"),
+    ):
+        ca = "BUILD_CA=/etc/ssl/certs/ca-certificates.crt"
+        assert f"{command} -t {deployment_image()} ." in dry(f"BUILDER={builder}", "BUILD_CA=")
+        assert f"{command} -t registry.example.com/t/pgfh:9.9 ." in dry(
+            f"BUILDER={builder}", "BUILD_CA=", "IMAGE=registry.example.com/t/pgfh:9.9"
+        )
+        # The base, the CA bundle (a build secret, never a layer) and an index mirror.
+        assert (
+            f"{command} --build-arg BASE=localhost/b:1 --build-arg PIP_INDEX_URL=https://m/simple"
+            f" --secret id=pipcert,src=/etc/ssl/certs/ca-certificates.crt -t {deployment_image()} ."
+        ) in dry(f"BUILDER={builder}", "BASE=localhost/b:1", "PIP_INDEX_URL=https://m/simple", ca)
+
+
+def test_make_image_picks_docker_only_when_a_daemon_answers() -> None:
+    def dry(*args: str) -> str:
+        return subprocess.run(
+            ["make", "-n", "--no-print-directory", "-C", str(REPO), "image", *args],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+
+    assert dry("DOCKER=true", "BUILDAH=true").startswith("true build ")
+    assert dry("DOCKER=false", "BUILDAH=true").startswith("true bud ")
+    assert dry("DOCKER=false", "BUILDAH=no-buildah", "PODMAN=true").startswith("true build ")
+
+
+def test_make_image_without_any_builder_says_what_to_install_in_one_line() -> None:
+    result = subprocess.run(
+        [
+            *("make", "--no-print-directory", "-C", str(REPO), "image"),
+            *("DOCKER=false", "BUILDAH=no-such-buildah", "PODMAN=no-such-podman"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
+    assert result.returncode != 0
+    (line,) = result.stdout.splitlines()
+    assert "no Docker daemon answers" in line and "apt-get install -y buildah" in line
     version = PYPROJECT["project"]["version"]
     assert deployment_image().endswith(f":{version}"), "the manifests name this version"
 
