@@ -22,105 +22,35 @@ they are unit-tested with promtool series (tests/monitoring/alerts.test.yaml).
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 import requests
-import yaml
 
-from standin.gunicorn import GunicornHook, free_port, stop
+from standin.gunicorn import GunicornHook
 from standin.harness import Rig
+from tests.prometheus import Prometheus, running_prometheus
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "monitoring" / "alerts.rules.yaml"
 ALERT = "PgfhHookSeesNoLeader"
-HINT = "prometheus is missing: apt-get install -y prometheus (Debian; .ci/run installs it)"
-
-
-@dataclass
-class Prometheus:
-    """A running Prometheus: its API base URL and log file."""
-
-    url: str
-    log_path: Path
-
-    def get(self, path: str, **params: Any) -> Any:
-        response = requests.get(f"{self.url}{path}", params=params, timeout=5)
-        response.raise_for_status()
-        body = response.json()
-        assert body["status"] == "success", body
-        return body["data"]
-
-    def alerts(self, name: str) -> list[dict[str, Any]]:
-        return [a for a in self.get("/api/v1/alerts")["alerts"] if a["labels"]["alertname"] == name]
-
-    def wait(self, what: str, check: Any, timeout: float) -> Any:
-        """Poll ``check()`` until it returns something truthy (bounded in time)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                value = check()
-            except requests.RequestException:
-                value = None
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                tail = self.log_path.read_text(errors="replace")[-2000:]
-                raise TimeoutError(f"Prometheus: no {what} within {timeout} s\n{tail}")
-            time.sleep(0.2)
 
 
 @pytest.fixture
 def prometheus(tmp_path: Path, hook: GunicornHook) -> Iterator[Prometheus]:
-    binary = shutil.which("prometheus")
-    assert binary, HINT
     target = urlsplit(hook.url).netloc
     assert target.startswith("127."), target
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
-        "rule_files": [str(RULES)],
-        "scrape_configs": [
-            {
-                "job_name": "pg-failover-hook",
-                "metrics_path": "/metrics",
-                "static_configs": [{"targets": [target], "labels": {"namespace": "pgfh"}}],
-            }
-        ],
-    }
-    config_path = tmp_path / "prometheus.yml"
-    config_path.write_text(yaml.safe_dump(config))
-    port = free_port()
-    log_path = tmp_path / "prometheus.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config_path}",
-                f"--storage.tsdb.path={tmp_path / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=tmp_path,
-            start_new_session=True,  # its own process group: stop() kills only it
-        )
-    running = Prometheus(f"http://127.0.0.1:{port}", log_path)
-    try:
-        running.wait("readiness", lambda: requests.get(f"{running.url}/-/ready", timeout=1).ok, 30)
+    with running_prometheus(
+        tmp_path, {"pg-failover-hook": target}, RULES, labels={"namespace": "pgfh"}
+    ) as running:
         yield running
-    finally:
-        stop(process, timeout=10)
 
 
 @dataclass
