@@ -156,6 +156,8 @@ class KubeMetacontroller:
         self.queue = WorkQueue(max_backoff=max_backoff)
         self.records: list[KubeSyncRecord] = []
         self.customize_calls = 0
+        #: The last sync or finalize request sent for each parent (for tests).
+        self.last_requests: dict[str, dict[str, Any]] = {}
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -356,6 +358,8 @@ class KubeMetacontroller:
             "related": related,
             "finalizing": finalizing,
         }
+        with self._lock:
+            self.last_requests[key] = body
         started = time.monotonic()
         response: requests.Response | None = None
         try:

@@ -11,7 +11,7 @@ process outside a cluster must differ:
 * ``--leader-election-namespace`` given (out of a cluster it has no Pod namespace to default to).
 
 Nothing here builds or fetches Metacontroller: the repository holds none of its code, no
-binary and no recipe for one (issue 24). The binary is stopped with SIGTERM, then SIGKILL.
+binary and no recipe for one. The binary is stopped with SIGTERM, then SIGKILL.
 """
 
 from __future__ import annotations

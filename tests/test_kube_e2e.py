@@ -11,6 +11,7 @@ Run under ``flock /tmp/pgfh-realcluster.lock`` (the real Patroni cluster is one 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from standin.gunicorn import GunicornHook, gunicorn_hook
 from standin.harness import SERVICE
 from standin.kube_rig import HOOK_ENV, KubeRig, kube_rig
 
+FIXTURES = Path(__file__).parent / "fixtures" / "metacontroller"
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
 
 
@@ -86,6 +88,18 @@ def test_the_primary_slice_follows_the_leader_through_a_kill_and_a_switchover(
     assert owner["controller"] is True and owner["blockOwnerDeletion"] is True
     assert service["metadata"]["labels"]["controller-uid"] == parent["metadata"]["uid"]
     assert "metacontroller.k8s.io/last-applied-configuration" in service["metadata"]["annotations"]
+    if rig.controller is not None:  # the request in the recorded fixtures' shape
+        fixture = json.loads((FIXTURES / "sync-service-selects-old-leader.json").read_text())
+        request = rig.controller.last_requests[f"{rig.namespace}/pg-orders"]
+        assert list(request) == list(fixture)
+        assert sorted(request["children"]) == sorted(fixture["children"])
+        assert sorted(request["related"]) == sorted(fixture["related"])
+        assert sorted(request["related"]["Pod.v1"]) == sorted(cluster.names())
+        assert list(request["children"]["Service.v1"]) == [SERVICE]
+        assert request["parent"]["metadata"]["managedFields"]
+        assert request["controller"]["metadata"]["managedFields"]
+        assert request["controller"]["status"] == {}
+        assert request["finalizing"] is False
 
     # SIGKILL of the leader: Patroni promotes another once the lock expires.
     with cluster.watch_leader(exclude={leader}) as watch:
