@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml $(LOCK_TEST)
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) controlplane
 	$(BIN)/python -m demo
 
 serve: $(STAMP)

@@ -106,7 +106,10 @@ class Reflector:
                 if error.status == 410:
                     version = ""  # compacted: list again
                     continue
-                LOG.warning("watch %s: %s", self.path, error)
+                # 429 "storage is (re)initializing": a CRD's watch cache just after the CRD
+                # was established (seen on kube-apiserver 1.36); retried like any other.
+                log = LOG.debug if error.status == 429 else LOG.warning
+                log("watch %s: %s", self.path, error)
                 version = ""
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, RECONNECT_CAP)
