@@ -54,7 +54,7 @@ $(STAMP): pyproject.toml $(LOCK_TEST)
 
 venv: $(STAMP) ## create .venv from the lock (requirements/test.txt)
 
-demo: $(STAMP) ## start a real 3-member Patroni cluster, kill its leader, watch the Service follow
+demo: $(STAMP) controlplane ## a real Patroni cluster as Pods on the real control plane: kill, switchover, watch the EndpointSlice follow
 	$(BIN)/python -m demo
 
 # `make serve`: the hook as in production (caller authentication on), with a local token that

@@ -1,33 +1,41 @@
-"""The local demo (``make demo``): a real failover, followed by the real hook.
+"""The local demo (``make demo``): a real failover on a real Kubernetes control plane.
 
-It starts a 3-member Patroni cluster (PostgreSQL and etcd from PyPI wheels, members on
-127.0.0.2-4 like pods), serves the hook under gunicorn with the production config module,
-drives it with the Metacontroller stand-in (a development stand-in: production runs real
-Metacontroller), then kills the leader and prints a timeline of what happened, then does a
-planned switchover, and prints the final Service and PostgreSQLCluster status. Everything
-it started is stopped on exit, on Ctrl-C and on SIGTERM.
+It starts the test control plane (kube-apiserver, kube-controller-manager and etcd from the
+pinned Go modules, built once per machine: about 10 minutes the first time, seconds after),
+a 3-member Patroni cluster (PostgreSQL and etcd from PyPI wheels, members on 127.0.0.2-4)
+whose members are Pods of that API server (Pod IPs 198.18.0.2-4, Ready from Patroni's
+``/readiness`` through the kubelet stand-in), the hook under gunicorn with the production
+config module, and Metacontroller's stand-in against the API server (a real Metacontroller
+binary instead if ``PGFH_METACONTROLLER_BINARY`` names one). It applies a PostgreSQLCluster,
+then kills the leader and does a planned switchover, printing ``kubectl get pgc`` and the
+primary Service's EndpointSlice (written by the real endpointslice controller) each time they
+change. Everything it started is stopped on exit, on Ctrl-C and on SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from types import FrameType
 
+from controlplane import ControlPlane, ControlPlaneError, start_control_plane
+from controlplane.podnet import ensure_pod_network
 from devcluster import ClusterError, PatroniCluster
 from standin.gunicorn import gunicorn_hook
-from standin.harness import SERVICE, Rig, start_rig
-from standin.loop import SyncRecord
+from standin.harness import SERVICE
+from standin.kube_rig import HOOK_ENV, KubeRig, kube_rig
+
+NAMESPACE = "databases"
 
 
 class Clock:
-    """Prints lines stamped with seconds since an origin: the event each timeline starts from.
+    """Prints lines stamped with seconds since an origin the demo moves to each event.
 
     :meth:`start` names that event in a heading line, so that ``t +0.000s`` is the kill (or
     the switchover request) and a negative ``t`` can only be something seen before it.
@@ -35,6 +43,7 @@ class Clock:
 
     def __init__(self) -> None:
         self.origin = time.monotonic()
+        self.lock = threading.Lock()
 
     def start(self, origin: float, event: str) -> None:
         """Count from ``origin`` (a ``time.monotonic()`` stamp), the moment of ``event``."""
@@ -43,7 +52,44 @@ class Clock:
 
     def say(self, message: str, at: float | None = None) -> None:
         offset = (at if at is not None else time.monotonic()) - self.origin
-        print(f"  t{offset:+8.3f}s  {message}", flush=True)
+        with self.lock:
+            print(f"  t{offset:+8.3f}s  {message}", flush=True)
+
+
+class PgcPrinter:
+    """Prints ``kubectl get pgc`` (without AGE) whenever its line changes."""
+
+    def __init__(self, plane: ControlPlane, clock: Clock) -> None:
+        self.plane = plane
+        self.clock = clock
+        self.last = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> PgcPrinter:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def wait_first(self, timeout: float) -> None:
+        """Wait until the first line was printed (the stand-in wrote a status)."""
+        deadline = time.monotonic() + timeout
+        while not self.last and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.25):
+            shown = self.plane.kubectl("get", "pgc", "-n", NAMESPACE, check=False, timeout=10)
+            lines = shown.stdout.strip().splitlines()
+            if len(lines) < 2:
+                continue
+            line = " ".join(lines[1].split()[:-1])  # AGE dropped: it changes every second
+            if line != self.last:
+                self.last = line
+                self.clock.say(f"kubectl get pgc: {line}")
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -55,14 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-switchover", action="store_true", help="only the kill")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
-    # Ctrl-C must clean up even when the demo was started with SIGINT ignored (e.g. `make
-    # demo &` from a script): restore Python's own handler.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     print(
-        "pg-failover-hook demo: a real Patroni failover, followed by the real hook.\n"
-        "Needs: Linux, Python 3.11+ with venv; everything else came from PyPI into .venv.\n"
-        "PostgreSQL refuses to run as root, so as root the cluster runs as user 'postgres'\n"
-        "(created as 'pgfailover' if missing).\n",
+        "pg-failover-hook demo: a real Patroni failover on a real Kubernetes API server.\n"
+        "Needs: Linux, root (the test Pod network: ip route + nftables), Python 3.11+ with venv;\n"
+        "the control plane's binaries are built from pinned Go modules the first time (about\n"
+        "10 minutes), later runs start it in seconds. PostgreSQL refuses to run as root, so\n"
+        "the cluster runs as user 'postgres' (created as 'pgfailover' if missing).\n",
         flush=True,
     )
     try:
@@ -73,123 +118,99 @@ def main(argv: list[str] | None = None) -> int:
     except ClusterError as error:
         print(f"\nthe local Patroni cluster failed:\n{error}", file=sys.stderr, flush=True)
         return 1
+    except ControlPlaneError as error:
+        print(f"\nthe control plane failed: {error}", file=sys.stderr, flush=True)
+        return 1
 
 
 def run(*, switchover: bool) -> int:
     clock = Clock()
-    print("1. Starting etcd and three Patroni members (pg-orders-0..2 on 127.0.0.2-4) ...")
-    with PatroniCluster() as cluster:
-        leader = cluster.leader()
-        print(f"   cluster up in {cluster.startup_seconds:.1f} s, Patroni leader: {leader}")
-        print("2. Serving the hook under gunicorn (hooks.gunicorn_conf) ...")
-        workdir = Path(tempfile.mkdtemp(prefix="pgfh-demo-"))
-        with gunicorn_hook(workdir) as hook:
-            print(f"   hook at {hook.url}; its JSON logs: {hook.log_path}")
-            print("3. Metacontroller stand-in: customize, then sync; replies applied as")
-            print("   Metacontroller applies them (children left out deleted, status replaced)")
-            rig = start_rig(cluster, hook.url)
-            try:
-                assert leader is not None
-                first = rig.wait_selected(leader, timeout=15)
-                print(f"   Service {SERVICE} selects {leader} ({_took(first)})\n")
-                _kill_leader(rig, clock)
-                if switchover:
-                    _switchover(rig, clock)
-                _final_state(rig)
-            finally:
-                rig.standin.stop()
-        print(f"\nStopping the hook and the cluster ... (logs of this run: {workdir})")
+    workdir = Path(tempfile.mkdtemp(prefix="pgfh-demo-"))
+    print("1. Starting the control plane (kube-apiserver, kube-controller-manager, etcd) ...")
+    ensure_pod_network()
+    plane = start_control_plane(workdir / "controlplane", log=lambda line: print(f"   {line}"))
+    try:
+        print(f"   up in {plane.started_seconds:.1f} s at {plane.server_url}")
+        print(f"   try it yourself: KUBECONFIG={plane.admin_kubeconfig} kubectl get pgc -A")
+        plane.kubectl("create", "namespace", NAMESPACE)
+        print("2. Starting etcd and three Patroni members (pg-orders-0..2 on 127.0.0.2-4) ...")
+        with PatroniCluster() as cluster:
+            print(f"   cluster up in {cluster.startup_seconds:.1f} s, leader: {cluster.leader()}")
+            print("3. Serving the hook under gunicorn (hooks.gunicorn_conf) ...")
+            (workdir / "hook").mkdir()
+            with gunicorn_hook(workdir / "hook", env=HOOK_ENV) as hook:
+                print(f"   hook at {hook.url}; its JSON logs: {hook.log_path}")
+                print("4. Pods, kubelet stand-in, Metacontroller, then the PostgreSQLCluster:")
+                clock.start(time.monotonic(), "the PostgreSQLCluster was applied")
+
+                def slice_changed(ready: tuple[str, ...]) -> None:
+                    shown = ", ".join(ready) or "none"
+                    clock.say(f"EndpointSlice of {SERVICE}: ready {shown}")
+
+                with kube_rig(
+                    cluster,
+                    plane.admin_kubeconfig,
+                    NAMESPACE,
+                    hook.url,
+                    hook.token,
+                    on_change=slice_changed,
+                    work_dir=workdir,
+                ) as rig:
+                    printer = PgcPrinter(plane, clock).start()
+                    printer.wait_first(30)
+                    try:
+                        _story(rig, clock, switchover)
+                    finally:
+                        printer.stop()
+            print(f"\nStopping the hook and the cluster ... (logs of this run: {workdir})")
+    finally:
+        plane.stop()
     print("done: nothing left running.")
     return 0
 
 
-def _kill_leader(rig: Rig, clock: Clock) -> None:
+def _story(rig: KubeRig, clock: Clock, switchover: bool) -> None:
     cluster = rig.cluster
-    old = cluster.leader()
-    assert old is not None
-    print(f"4. SIGKILL of the leader {old} (Patroni and PostgreSQL, no clean release):")
-    count = len(rig.records)
-    with cluster.watch_leader(exclude={old}) as watch:
-        killed = cluster.kill_member(old)
-        clock.start(killed, f"the SIGKILL of {old}")
-        clock.say(f"leader {old} killed", killed)
-        rig.pod_changed(old, ready=False)
-        clock.say(f"kubelet marks pod {old} not ready -> related-Pod event -> immediate sync")
-        print(
-            f"             ... Patroni waits for the leader lock to expire (ttl {cluster.ttl} s);"
+    leader = cluster.leader()
+    assert leader is not None
+    rig.slices.wait_ready((rig.leader_ip(leader),), 60, f"the leader {leader}")
+    print(f"   clients reach {leader} ({rig.leader_ip(leader)}) through {SERVICE}\n")
+
+    print(f"5. SIGKILL of the leader {leader} (Patroni and PostgreSQL, no clean release):")
+    with cluster.watch_leader(exclude={leader}) as watch:
+        killed = cluster.kill_member(leader)
+        clock.start(killed, f"the SIGKILL of {leader}")
+        clock.say(
+            f"leader {leader} killed; Patroni waits for its lock to expire (ttl {cluster.ttl} s)"
         )
-        print("             meanwhile every sync keeps the Service and asks to resync in 0.3 s")
         election = watch.result(timeout=90)
-    moved = rig.wait_selected(election.name, timeout=15, after=count)
-    waiting = [
-        r for r in rig.records[count:] if killed <= r.started and r.finished <= moved.started
-    ]
-    reasons = sorted({r.reason or r.error or "?" for r in waiting})
-    clock.say(f"Patroni: {election.name} answers 200 on /primary", election.first_200)
-    clock.say(f"Patroni: {election.name} reports role primary (promoted)", election.first_primary)
-    clock.say(f"Service {SERVICE} now selects {moved.selected[0]}", moved.finished)
-    lag = moved.finished - election.first_primary
-    print(f"   routing lag (promoted -> Service moved): {lag:.3f} s")
-    print(f"   {len(waiting)} syncs kept the Service on {old} meanwhile ({', '.join(reasons)})\n")
-    print(f"   restarting {old}: it rejoins as a replica (pg_rewind) ...")
-    cluster.start_member(old)
-    rig.pod_changed(old, ready=True)
-    time.sleep(1.0)
-    print(f"   {old} streams again; the Service stays on {rig.selected()}\n")
+    clock.say(f"Patroni: {election.name} promoted", election.first_primary)
+    moved = rig.slices.wait_ready((rig.leader_ip(election.name),), 30, election.name)
+    print(f"   routing lag (promoted -> slice lists it): {moved - election.first_primary:.3f} s")
+    print(f"   restarting {leader}: it rejoins as a replica ...")
+    cluster.start_member(leader)
+    cluster.wait_for_replicas(timeout=90)
+    time.sleep(1.5)
+    print()
 
+    if switchover:
+        print("6. Planned switchover through Patroni's REST API (POST /switchover):")
+        result = cluster.switchover()
+        clock.start(result.requested_at, "the POST /switchover request")
+        clock.say(f"POST /switchover away from {result.old_leader}", result.requested_at)
+        clock.say(f"Patroni: {result.new_leader} promoted", result.election.first_primary)
+        moved = rig.slices.wait_ready((rig.leader_ip(result.new_leader),), 30, result.new_leader)
+        print(f"   routing lag: {moved - result.election.first_primary:.3f} s")
+        cluster.wait_for_replicas(timeout=90)
+        time.sleep(1.5)
+        print()
 
-def _switchover(rig: Rig, clock: Clock) -> None:
-    cluster = rig.cluster
-    print("5. Planned switchover through Patroni's REST API (POST /switchover):")
-    print("   no Pod changes, so only the hook's resyncAfterSeconds brings the next sync")
-    count = len(rig.records)
-    result = cluster.switchover()
-    clock.start(result.requested_at, "the POST /switchover request")
-    clock.say(f"POST /switchover to {result.old_leader}", result.requested_at)
-    clock.say(f"Patroni: {result.new_leader} reports role primary", result.election.first_primary)
-    moved = rig.wait_selected(result.new_leader, timeout=15, after=count)
-    clock.say(f"Service {SERVICE} now selects {moved.selected[0]}", moved.finished)
-    print(f"   routing lag: {moved.finished - result.election.first_primary:.3f} s")
-    cluster.wait_for_replicas(timeout=60)
-    count = len(rig.records)
-    rig.wait_record(lambda r: True, timeout=10, what="a sync after the switchover", after=count)
-    print(f"   {result.old_leader} streams again as a replica\n")
-
-
-def _final_state(rig: Rig) -> None:
-    service = rig.service() or {}
-    shown = {
-        "metadata": {
-            k: v
-            for k, v in service.get("metadata", {}).items()
-            if k in ("name", "namespace", "labels")
-        },
-        "spec": {
-            k: v
-            for k, v in service.get("spec", {}).items()
-            if k in ("type", "clusterIP", "ports", "selector")
-        },
-    }
-    print("6. Final state")
-    print(f"   Service {SERVICE} (as applied by the stand-in):")
-    print(_indent(json.dumps(shown, indent=2)))
-    print("   PostgreSQLCluster databases/pg-orders status:")
-    print(_indent(json.dumps(rig.status(), indent=2)))
     errors = [r for r in rig.records if r.error]
-    two = [r for r in rig.records if len(r.selected) > 1]
     print(
-        f"   {len(rig.records)} syncs in all, {len(errors)} failed calls, "
-        f"{len(two)} replies selecting two pods, Service dropped: "
-        f"{'yes' if SERVICE in rig.standin.world.deleted_services else 'never'}"
+        f"7. {len(rig.records)} hook calls, {len(errors)} failed; at most "
+        f"{rig.slices.most_ready_at_once()} Pod ready in the primary slice at any time; "
+        f"Service deleted: {'yes' if rig.slices.service_deleted else 'never'}"
     )
-
-
-def _took(record: SyncRecord) -> str:
-    return f"sync took {1000 * (record.finished - record.started):.1f} ms"
-
-
-def _indent(text: str) -> str:
-    return "\n".join(f"     {line}" for line in text.splitlines())
 
 
 if __name__ == "__main__":

@@ -1,0 +1,261 @@
+"""The rig on the real control plane: the local Patroni cluster as Pods of a real API server,
+the kubelet stand-in, the hook's CompositeController, and Metacontroller (the stand-in of
+:mod:`standin.kube`, or a real binary named by ``PGFH_METACONTROLLER_BINARY``).
+
+Shared by the end-to-end tests and ``make demo``, so both show the same thing:
+
+* each member is the StatefulSet Pod of its name, with the labels of ``primarySelector`` and
+  ``statefulset.kubernetes.io/pod-name``, bound to the kubelet stand-in's Node, its Pod IP
+  ``198.18.0.N`` standing for the member's ``127.0.0.N`` (:mod:`controlplane.podnet`), and the
+  readiness probe Patroni Pods commonly carry: ``httpGet /readiness`` on 8008, every second;
+* the primary Service's EndpointSlices are written by the real endpointslice controller;
+  :class:`SliceWatch` follows them (and the Service) from a watch, so a test can prove that
+  no two Pods were ever ready in them at once and that the Service was never deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controlplane.kubelet import POD_IP_ANNOTATION, KubeletStandIn
+from controlplane.podnet import pod_ip
+from controlplane.rest import KubeApiError, KubeRest, resource_path
+from devcluster import PatroniCluster
+from standin.harness import CLUSTER, PRIMARY_SELECTOR, SERVICE
+from standin.kube import KubeMetacontroller, KubeSyncRecord
+from standin.kube_setup import install
+from standin.loop import POD_NAME_LABEL
+from standin.metacontroller_binary import MetacontrollerBinary, binary_from_env
+from standin.reflector import Reflector
+
+NODE = "pgfh-node-0"
+PARENT_API = "adg.io/v1alpha1"
+PARENTS = "postgresqlclusters"
+#: The readiness probe of a Patroni Pod (docs/deploy.md, "Readiness probe of the Patroni Pods").
+READINESS_PROBE: dict[str, Any] = {
+    "httpGet": {"path": "/readiness", "port": 8008},
+    "periodSeconds": 1,
+    "timeoutSeconds": 1,
+    "failureThreshold": 3,
+}
+#: What the hook must be told to probe the test Pod network (and nothing else).
+HOOK_ENV = {"PGFH_ALLOWED_POD_CIDRS": "198.18.0.0/24"}
+
+
+def member_pod(name: str, loopback: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {**PRIMARY_SELECTOR, POD_NAME_LABEL: name},
+            "annotations": {POD_IP_ANNOTATION: pod_ip(loopback)},
+        },
+        "spec": {
+            "nodeName": NODE,
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "patroni",
+                    "image": "patroni",
+                    "ports": [
+                        {"name": "postgresql", "containerPort": 5432},
+                        {"name": "patroni", "containerPort": 8008},
+                    ],
+                    "readinessProbe": READINESS_PROBE,
+                }
+            ],
+        },
+    }
+
+
+def cluster_resource(namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": PARENT_API,
+        "kind": "PostgreSQLCluster",
+        "metadata": {"name": CLUSTER, "namespace": namespace},
+        "spec": {
+            "primarySelector": dict(PRIMARY_SELECTOR),
+            "serviceRef": {"name": SERVICE},
+            "healthCheckPath": "/primary",
+        },
+    }
+
+
+@dataclass
+class SliceWatch:
+    """The primary Service's ready endpoints over time, from watches (not polls)."""
+
+    rest: KubeRest
+    namespace: str
+    service: str = SERVICE
+    #: ``(monotonic time, ready addresses)`` at every change of the union over its slices.
+    history: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
+    #: Times the Service was seen DELETED.
+    service_deleted: list[float] = field(default_factory=list)
+    on_change: Callable[[tuple[str, ...]], None] | None = None
+    _slices: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _reflectors: list[Reflector] = field(default_factory=list)
+    _changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def start(self) -> SliceWatch:
+        slices = resource_path("discovery.k8s.io/v1", "endpointslices", self.namespace)
+        services = resource_path("v1", "services", self.namespace)
+        self._reflectors = [
+            Reflector(self.rest, slices, self._on_slice, name="slices").start(),
+            Reflector(self.rest, services, self._on_service, name="services").start(),
+        ]
+        for reflector in self._reflectors:
+            reflector.wait_synced(10)
+        return self
+
+    def stop(self) -> None:
+        for reflector in self._reflectors:
+            reflector.stop()
+
+    def _on_slice(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        labels = obj["metadata"].get("labels") or {}
+        if labels.get("kubernetes.io/service-name") != self.service:
+            return
+        name = obj["metadata"]["name"]
+        ready = tuple(
+            sorted(
+                address
+                for endpoint in obj.get("endpoints") or []
+                if (endpoint.get("conditions") or {}).get("ready")
+                for address in endpoint.get("addresses") or []
+            )
+        )
+        with self._lock:
+            if kind == "DELETED":
+                self._slices.pop(name, None)
+            else:
+                self._slices[name] = ready
+            union = tuple(sorted({a for addresses in self._slices.values() for a in addresses}))
+            if self.history and self.history[-1][1] == union:
+                return
+            self.history.append((time.monotonic(), union))
+        if self.on_change is not None:
+            self.on_change(union)
+        with self._changed:
+            self._changed.notify_all()
+
+    def _on_service(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if kind == "DELETED" and obj["metadata"]["name"] == self.service:
+            self.service_deleted.append(time.monotonic())
+
+    def ready(self) -> tuple[str, ...]:
+        with self._lock:
+            return self.history[-1][1] if self.history else ()
+
+    def wait_ready(self, addresses: tuple[str, ...], timeout: float, what: str) -> float:
+        """Wait until exactly ``addresses`` are ready; the time they first were."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                with self._lock:
+                    if self.history and self.history[-1][1] == addresses:
+                        return self.history[-1][0]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"the {self.service} EndpointSlice did not list {what} "
+                        f"{list(addresses)} ready within {timeout} s; now {list(self.ready())}"
+                    )
+                self._changed.wait(min(left, 0.2))
+
+    def most_ready_at_once(self) -> int:
+        with self._lock:
+            return max((len(addresses) for _, addresses in self.history), default=0)
+
+
+@dataclass
+class KubeRig:
+    cluster: PatroniCluster
+    rest: KubeRest
+    namespace: str
+    slices: SliceWatch
+    controller: KubeMetacontroller | None
+    binary: MetacontrollerBinary | None
+
+    @property
+    def records(self) -> list[KubeSyncRecord]:
+        return list(self.controller.records) if self.controller is not None else []
+
+    def leader_ip(self, name: str) -> str:
+        return pod_ip(self.cluster.member(name).ip)
+
+    def parent_path(self) -> str:
+        return resource_path(PARENT_API, PARENTS, self.namespace, CLUSTER)
+
+    def parent(self) -> dict[str, Any] | None:
+        try:
+            return self.rest.get(self.parent_path())
+        except KubeApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+
+@contextlib.contextmanager
+def kube_rig(
+    cluster: PatroniCluster,
+    kubeconfig: Path,
+    namespace: str,
+    hook_url: str,
+    token: str | None,
+    *,
+    on_change: Callable[[tuple[str, ...]], None] | None = None,
+    on_record: Callable[[KubeSyncRecord], None] | None = None,
+    work_dir: Path | None = None,
+) -> Iterator[KubeRig]:
+    """Pods, kubelet, CompositeController, Metacontroller and the PostgreSQLCluster; all of
+    it stopped (the cluster's objects deleted with the namespace by the caller) on exit."""
+    rest = KubeRest.from_kubeconfig(kubeconfig)
+    install(rest, hook_url, token)
+    with KubeletStandIn(rest, NODE):
+        for member in cluster.members:
+            _create_pod(rest, member_pod(member.name, member.ip, namespace))
+        slices = SliceWatch(rest, namespace, on_change=on_change).start()
+        binary = binary_from_env(kubeconfig, work_dir or Path("/tmp"), namespace)
+        controller = None
+        if binary is None:
+            controller = KubeMetacontroller(kubeconfig, on_record=on_record, max_backoff=1.0)
+            controller.start()
+        else:
+            binary.start()
+        try:
+            rest.create(resource_path(PARENT_API, PARENTS, namespace), cluster_resource(namespace))
+            yield KubeRig(cluster, rest, namespace, slices, controller, binary)
+        finally:
+            if controller is not None:
+                controller.stop()
+            if binary is not None:
+                binary.stop()
+            slices.stop()
+    rest.close()
+
+
+def _create_pod(rest: KubeRest, pod: dict[str, Any], timeout: float = 30.0) -> None:
+    """Create a Pod; retried while the namespace's ``default`` ServiceAccount (which
+    admission requires) is not made yet by the serviceaccount controller."""
+    deadline = time.monotonic() + timeout
+    path = resource_path("v1", "pods", pod["metadata"]["namespace"])
+    while True:
+        try:
+            rest.create(path, pod)
+            return
+        except KubeApiError as error:
+            if error.status != 403 and "serviceaccount" not in error.message.lower():
+                raise
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
