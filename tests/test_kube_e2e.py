@@ -21,18 +21,23 @@ import pytest
 from controlplane import ControlPlane
 from controlplane.rest import KubeRest, resource_path
 from devcluster import PatroniCluster
-from standin.gunicorn import GunicornHook, gunicorn_hook
-from standin.harness import SERVICE
+from standin.gunicorn import GunicornHook
+from standin.harness import SERVICE, rig_hook
 from standin.kube_rig import HOOK_ENV, KubeRig, kube_rig
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metacontroller"
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def pod_network_hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornHook]:
-    """The hook allowed to probe the test Pod network 198.18.0.0/24 (and nothing else)."""
-    with gunicorn_hook(tmp_path_factory.mktemp("hook"), env=HOOK_ENV) as running:
+@pytest.fixture(scope="module", params=["worktree", "image"])
+def pod_network_hook(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GunicornHook]:
+    """The hook allowed to probe the test Pod network 198.18.0.0/24 (and nothing else): once
+    from the work tree, once from the image as the Deployment runs it (standin/image.py;
+    ``PGFH_TEST_HOOK_FROM`` picks the source of every other rig)."""
+    workdir = tmp_path_factory.mktemp(f"hook-{request.param}")
+    with rig_hook(workdir, source=str(request.param), env=HOOK_ENV) as running:
         yield running
 
 
