@@ -213,7 +213,7 @@ def member_pod(member: Member) -> dict[str, Any]:
                         {"name": "postgresql", "containerPort": 5432},
                         {"name": "patroni", "containerPort": 8008},
                     ],
-                    # The probe docs/deploy.md recommends: Patroni's /readiness. Its port is
+                    # Patroni's /readiness, as Patroni Pods commonly carry it. Its port is
                     # the loopback server's (a kernel-chosen one, so runs never collide).
                     "readinessProbe": {
                         "httpGet": {"path": "/readiness", "port": member.port},
