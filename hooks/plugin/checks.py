@@ -5,8 +5,9 @@ values; the command line reads the objects (``hooks.plugin.kube``) and prints th
 The checks, and why each matters:
 
 - **The primary Service selects exactly the pod the status names**, as the API server applies
-  the selector (the Pods listed with it), and **its EndpointSlice holds that pod's IP**: the
-  status is what the hook answered; the selector and the slice are what traffic follows.
+  the selector (the Pods listed with it), and **its EndpointSlice holds that pod's IP, ready**:
+  the status is what the hook answered; the selector and the slice are what traffic follows
+  (an endpoint listed ``ready: false``, a leader whose readiness probe fails, gets none).
 - **The CompositeController declares every child type a spec needs**, with ``InPlace``
   updates (the types of the hook's registered parts, :func:`hooks.parts.child_resources`):
   Services always, EndpointSlices for ``spec.replicaService``, CronJobs for ``spec.backup``.
@@ -129,6 +130,15 @@ def routing(
         return checks
     if not slices:
         checks.append(Check(subject, False, "the Service has no EndpointSlice"))
+    elif addresses == [pod_ip] and pod_ip in _not_ready(slices):
+        checks.append(
+            Check(
+                subject,
+                False,
+                f"its EndpointSlice lists {primary}'s IP {pod_ip} as not ready: the Service "
+                "sends it no traffic (its readiness probe fails)",
+            )
+        )
     elif addresses == [pod_ip]:
         checks.append(Check(subject, True, f"its EndpointSlice holds {pod_ip}, {primary}'s IP"))
     elif pod_ip in addresses:
@@ -146,6 +156,20 @@ def routing(
             )
         )
     return checks
+
+
+def _not_ready(slices: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Addresses an endpoint lists with ``conditions.ready: false``: kube-proxy routes no
+    traffic to them. An absent ``ready`` means ready (discovery/v1 ``EndpointConditions``)."""
+    found: set[str] = set()
+    for s in slices:
+        for endpoint in s.get("endpoints") or []:
+            if (
+                isinstance(endpoint, dict)
+                and as_mapping(endpoint.get("conditions")).get("ready") is False
+            ):
+                found.update(a for a in endpoint.get("addresses") or [] if isinstance(a, str))
+    return found
 
 
 def _addresses(slices: Iterable[Mapping[str, Any]]) -> set[str]:
