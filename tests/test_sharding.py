@@ -23,6 +23,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.admission_cases import SHARD_CASES, Case
 from tests.manifest_helpers import (
     CC_FILE,
     HELM_VALUES,
@@ -265,8 +266,9 @@ def test_the_shard_label_never_changes() -> None:
     assert _admit("UPDATE", {LABEL: "2", "x": "y"}, {LABEL: "2"}) == []
     (moved,) = _admit("UPDATE", {LABEL: "3"}, {LABEL: "2"})
     assert moved.startswith("Forbidden: ") and 'it is "2"' in moved
+    # Removing it fails both rules; the API server reports the first (Invalid) only.
     removed = _admit("UPDATE", None, {LABEL: "2"})
-    assert any(r.startswith("Forbidden: ") for r in removed)
+    assert [r.split(":")[0] for r in removed] == ["Invalid", "Forbidden"]
 
 
 def test_clusters_from_before_sharding_can_be_labelled_once_and_still_deleted() -> None:
@@ -274,3 +276,14 @@ def test_clusters_from_before_sharding_can_be_labelled_once_and_still_deleted() 
     assert _admit("UPDATE", None, None) == []
     assert _admit("UPDATE", {LABEL: "4"}, None) == []
     assert _admit("UPDATE", {LABEL: "9"}, None)[0].startswith("Invalid: ")
+
+
+@pytest.mark.parametrize("case", SHARD_CASES, ids=lambda case: case.id)
+def test_case_table(case: Case) -> None:
+    """tests/admission_cases.py, the table the real API server decides too
+    (tests/test_admission_real.py): the first failed validation is what the server reports."""
+    old = case.old["metadata"].get("labels") if case.old else None
+    denied = _admit(case.operation, case.new["metadata"].get("labels"), old)
+    assert (denied == []) == case.allowed, denied
+    if not case.allowed:
+        assert denied[0] == f"{case.reason}: {case.messages[0]}"
