@@ -277,6 +277,15 @@ def _apply_objects(plane: ControlPlane, objects: list[Any]) -> None:
     )
 
 
+def _serves(admin: KubeRest) -> bool:
+    """Established is not yet served: the CRD's handler comes up a moment later."""
+    try:
+        admin.get(resource_path(PGC, "postgresqlclusters"))
+    except KubeApiError:
+        return False
+    return True
+
+
 def _namespace(admin: KubeRest, name: str, labels: Mapping[str, str]) -> None:
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
     admin.apply(resource_path("v1", "namespaces", name=name), body, "pgfh-test")
@@ -297,6 +306,7 @@ def env(control_plane: ControlPlane) -> Iterator[Env]:
     control_plane.kubectl(
         "wait", "--for=condition=Established", "crd/postgresqlclusters.adg.io", "--timeout=60s"
     )
+    _wait("the API server serves postgresqlclusters", lambda: _serves(admin))
     namespaces = {NAMESPACE: f"adm-{run}", OTHER_NAMESPACE: f"adm-{run}-other"}
     shard_namespace = f"adm-{run}-shard"
     for name in namespaces.values():
