@@ -151,7 +151,11 @@ def cluster_role_for(
             "apiVersion": RBAC,
             "kind": "ClusterRoleBinding",
             "metadata": {"name": role},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role,
+            },
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
         },
     ]
