@@ -1108,7 +1108,7 @@ def test_events_overlay() -> None:
         for rule in role["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
-    ) == [("", "events", ("create", "patch")), ("events.k8s.io", "events", ("create", "patch"))]
+    ) == [("events.k8s.io", "events", ("create",))]
     assert all(set(rule) == {"apiGroups", "resources", "verbs"} for rule in role["rules"])
     binding = find(objects, "ClusterRoleBinding", "pg-failover-hook-events")
     assert binding["roleRef"] == {

@@ -41,7 +41,9 @@ from tests.manifest_helpers import K8S_VERSIONS, REPO, rendered
 HELM_VALUES = REPO / "deploy" / "metacontroller-values.yaml"
 #: The lease Metacontroller's leader election holds (--leader-election-id's default).
 LEASE_NAME = "metacontroller"
-CHILD_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
+#: What the default --apply-strategy=dynamic-apply does to a child (manage_children.go
+#: DynamicApply.Apply, controllerref adoptChild): no patch, which only server-side apply sends.
+CHILD_VERBS = ("get", "list", "watch", "create", "update", "delete")
 INFORMER_VERBS = ("list", "watch")
 
 
@@ -129,9 +131,11 @@ def metacontroller_own_needs() -> list[Need]:
         Need("coordination.k8s.io", "leases", "get", "LeaseLock.Get", name=LEASE_NAME),
         Need("coordination.k8s.io", "leases", "update", "LeaseLock.Update", name=LEASE_NAME),
     ]
+    # Core v1 only: pkg/events/events.go EventSinkImpl{CoreV1().Events}, and leader election
+    # through controller-runtime v0.24.1's GetEventRecorderFor (the core recorder);
+    # Metacontroller never records through the events.k8s.io recorder (GetEventRecorder).
     needs += [
-        Need(group, "events", verb, "pkg/events/events.go EventSinkImpl; leader election")
-        for group in ("", "events.k8s.io")
+        Need("", "events", verb, "pkg/events/events.go EventSinkImpl; leader election")
         for verb in ("create", "patch")
     ]
     needs += [
@@ -288,6 +292,17 @@ def test_every_overlay_renders_the_same_types() -> None:
         for target, cc in compositecontrollers().items()
     }
     assert len(set(map(repr, kinds.values()))) == 1, kinds
+
+
+def test_the_apply_strategy_is_the_default_that_never_patches_children() -> None:
+    """With --apply-strategy=server-side-apply every child write is a PATCH: the child rules
+    would need "patch" (and CHILD_VERBS with them)."""
+    values = yaml.safe_load(HELM_VALUES.read_text(encoding="utf-8"))
+    strategies = [a for a in values["commandArgs"] if a.startswith("--apply-strategy")]
+    assert strategies in ([], ["--apply-strategy=dynamic-apply"]), strategies
+    for rule in rules():
+        if {"services", "endpointslices", "cronjobs"} & set(rule["resources"]):
+            assert "patch" not in rule["verbs"], rule
 
 
 def test_the_lease_is_the_one_leader_election_uses() -> None:

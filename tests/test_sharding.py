@@ -23,6 +23,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.admission_cases import SHARD_CASES, Case
 from tests.manifest_helpers import (
     CC_FILE,
     HELM_VALUES,
@@ -291,8 +292,9 @@ def test_the_shard_label_never_changes() -> None:
     assert _admit("UPDATE", {LABEL: "2", "x": "y"}, {LABEL: "2"}) == []
     (moved,) = _admit("UPDATE", {LABEL: "3"}, {LABEL: "2"})
     assert moved.startswith("Forbidden: ") and 'it is "2"' in moved
+    # Removing it fails both rules; the API server reports the first (Invalid) only.
     removed = _admit("UPDATE", None, {LABEL: "2"})
-    assert any(r.startswith("Forbidden: ") for r in removed)
+    assert [r.split(":")[0] for r in removed] == ["Invalid", "Forbidden"]
 
 
 def test_clusters_from_before_sharding_can_be_labelled_once_and_still_deleted() -> None:
@@ -300,3 +302,66 @@ def test_clusters_from_before_sharding_can_be_labelled_once_and_still_deleted() 
     assert _admit("UPDATE", None, None) == []
     assert _admit("UPDATE", {LABEL: "4"}, None) == []
     assert _admit("UPDATE", {LABEL: "9"}, None)[0].startswith("Invalid: ")
+
+
+@pytest.mark.parametrize("case", SHARD_CASES, ids=lambda case: case.id)
+def test_case_table(case: Case) -> None:
+    """tests/admission_cases.py, the table the real API server decides too
+    (tests/test_admission_real.py): the first failed validation is what the server reports."""
+    old = case.old["metadata"].get("labels") if case.old else None
+    denied = _admit(case.operation, case.new["metadata"].get("labels"), old)
+    assert (denied == []) == case.allowed, denied
+    if not case.allowed:
+        assert denied[0] == f"{case.reason}: {case.messages[0]}"
+
+
+def _chart_pod_labels(release: str) -> dict[str, str]:
+    """The labels the chart (v4.17.2 templates/_helpers.tpl selectorLabels) gives the pods."""
+    return {"app.kubernetes.io/name": "metacontroller-helm", "app.kubernetes.io/instance": release}
+
+
+def _selects(match_labels: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in match_labels.items())
+
+
+def test_each_shard_selects_only_its_own_pods() -> None:
+    """The installs share a namespace: anti-affinity and metrics Services name the release."""
+    common = yaml.safe_load(HELM_VALUES.read_text(encoding="utf-8"))
+    pods = {k: _chart_pod_labels(shards.release(k)) for k in range(K)}
+    pods[-1] = _chart_pod_labels("metacontroller")  # the unsharded install of deploy/
+    services = [
+        doc
+        for doc in yaml.safe_load_all((SHARDING / "metacontroller-metrics.yaml").read_text())
+        if doc
+    ]
+    assert [s["metadata"]["name"] for s in services] == [
+        f"metacontroller-shard-{k}-metrics" for k in range(K)
+    ]
+    for k in range(K):
+        values = yaml.safe_load((SHARDING / "values" / f"shard-{k}.yaml").read_text())
+        # Helm merges maps and replaces lists: the shard's affinity term replaces the common one.
+        (term,) = values["affinity"]["podAntiAffinity"][
+            "preferredDuringSchedulingIgnoredDuringExecution"
+        ]
+        match = term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+        assert [j for j, labels in pods.items() if _selects(match, labels)] == [k]
+        # The chart's Service (selector: name alone) is off; ours selects this release only.
+        assert {**common["service"], **values["service"]}["enabled"] is False
+        service = services[k]
+        assert service["metadata"]["namespace"] == "metacontroller"
+        assert [
+            j for j, labels in pods.items() if _selects(service["spec"]["selector"], labels)
+        ] == [k]
+        assert service["spec"]["ports"] == common["service"]["ports"]
+    (term,) = common["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    match = term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+    assert [j for j, labels in pods.items() if _selects(match, labels)] == [-1]
+
+
+def test_negative_control_a_name_only_selector_selects_every_shard() -> None:
+    """What the chart's metrics Service does: the test above would catch it."""
+    name_only = {"app.kubernetes.io/name": "metacontroller-helm"}
+    pods = [_chart_pod_labels(shards.release(k)) for k in range(K)]
+    assert sum(_selects(name_only, labels) for labels in pods) == K

@@ -98,7 +98,7 @@ def values(k: int, shards: int, qps: int, burst: int) -> str:
     deploy/metacontroller-values.yaml (commandArgs is a list: Helm replaces it whole)."""
     return GENERATED.format(k=shards) + (
         f"# Metacontroller install for shard {k} of {shards}: after the common values,\n"
-        f"#   helm install metacontroller-shard-{k} \\\n"
+        f"#   helm install {release(k)} \\\n"
         "#     oci://ghcr.io/metacontroller/metacontroller-helm --version 4.17.2 \\\n"
         "#     -n metacontroller --create-namespace \\\n"
         f"#     -f deploy/metacontroller-values.yaml -f deploy/sharding/values/shard-{k}.yaml\n"
@@ -114,8 +114,61 @@ def values(k: int, shards: int, qps: int, burst: int) -> str:
         f"  - --target-label-selector={LABEL}={k}   # runs CompositeController {NAME}-{k} only\n"
         "  - --workers=64\n"
         f"  - --client-go-qps={qps}\n"
-        f"  - --client-go-burst={burst}\n" + cluster_role(k)
+        f"  - --client-go-burst={burst}\n"
+        "# Pods of this install only: the chart's selector labels are the chart name and the\n"
+        "# release (app.kubernetes.io/instance), and the shards share a namespace.\n"
+        "affinity:\n"
+        "  podAntiAffinity:\n"
+        "    preferredDuringSchedulingIgnoredDuringExecution:\n"
+        "      - weight: 100\n"
+        "        podAffinityTerm:\n"
+        "          topologyKey: kubernetes.io/hostname\n"
+        "          labelSelector:\n"
+        "            matchLabels:\n"
+        "              app.kubernetes.io/name: metacontroller-helm\n"
+        f"              app.kubernetes.io/instance: {release(k)}\n"
+        "# The chart's metrics Service selects app.kubernetes.io/name alone, i.e. every shard's\n"
+        "# pods: off; deploy/sharding/metacontroller-metrics.yaml has one per shard instead.\n"
+        "service:\n"
+        "  enabled: false\n" + cluster_role(k)
     )
+
+
+def release(k: int) -> str:
+    """The Helm release of shard ``k``'s Metacontroller (its app.kubernetes.io/instance)."""
+    return f"metacontroller-shard-{k}"
+
+
+def metrics_services(shards: int) -> str:
+    """One metrics Service per shard install, selecting that release's pods only (the
+    chart's own Service cannot: its selector is the chart name alone)."""
+    out = GENERATED.format(k=shards) + (
+        "# Metacontroller's metrics (:9999/metrics), one Service per shard install, after the\n"
+        '# helm installs (docs/scale.md, "Sharding"):\n'
+        "#   kubectl apply -f deploy/sharding/metacontroller-metrics.yaml\n"
+    )
+    for k in range(shards):
+        out += (
+            "---\n"
+            "apiVersion: v1\n"
+            "kind: Service\n"
+            "metadata:\n"
+            f"  name: {release(k)}-metrics\n"
+            "  namespace: metacontroller\n"
+            "  labels:\n"
+            "    app.kubernetes.io/name: metacontroller-helm\n"
+            f"    app.kubernetes.io/instance: {release(k)}\n"
+            "spec:\n"
+            "  selector:\n"
+            "    app.kubernetes.io/name: metacontroller-helm\n"
+            f"    app.kubernetes.io/instance: {release(k)}\n"
+            "  ports:\n"
+            "    - name: metrics\n"
+            "      port: 9999\n"
+            "      protocol: TCP\n"
+            "      targetPort: 9999\n"
+        )
+    return out
 
 
 def admission(shards: int) -> str:
@@ -211,7 +264,11 @@ def kustomization(shards: int) -> str:
 
 def files(shards: int, qps: int, burst: int) -> dict[str, str]:
     """Every generated file of the overlay, by path relative to this directory."""
-    out = {"kustomization.yaml": kustomization(shards), "admission.yaml": admission(shards)}
+    out = {
+        "kustomization.yaml": kustomization(shards),
+        "admission.yaml": admission(shards),
+        "metacontroller-metrics.yaml": metrics_services(shards),
+    }
     for k in range(shards):
         out[f"shard-{k}/kustomization.yaml"] = shard_kustomization(k, shards)
         out[f"values/shard-{k}.yaml"] = values(k, shards, qps, burst)
