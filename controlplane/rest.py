@@ -72,6 +72,9 @@ class KubeRest:
 
     def __init__(self, credentials: Credentials) -> None:
         self.credentials = credentials
+        #: Every call the server refused with 403 (method and path), so a test running a
+        #: controller under a least-privilege account can fail on any of them.
+        self.forbidden: list[str] = []
         self.session = requests.Session()
         self.session.trust_env = False  # loopback only: no proxy from the environment
         self.session.verify = credentials.ca_file
@@ -105,6 +108,8 @@ class KubeRest:
             headers={"Content-Type": content_type, "Accept": "application/json"},
             timeout=timeout,
         )
+        if response.status_code == 403:
+            self.forbidden.append(f"{method} {path}")
         return _decode(response)
 
     def get(self, path: str, **params: str) -> JSON:
@@ -154,6 +159,8 @@ class KubeRest:
             stream=True,
             timeout=(CALL_TIMEOUT, timeout + 10),
         ) as response:
+            if response.status_code == 403:
+                self.forbidden.append(f"WATCH {path}")
             if response.status_code >= 300:
                 _decode(response)
             for line in response.iter_lines():

@@ -216,19 +216,24 @@ def kube_rig(
     on_change: Callable[[tuple[str, ...]], None] | None = None,
     on_record: Callable[[KubeSyncRecord], None] | None = None,
     work_dir: Path | None = None,
+    controller_kubeconfig: Path | None = None,
 ) -> Iterator[KubeRig]:
     """Pods, kubelet, CompositeController, Metacontroller and the PostgreSQLCluster; all of
-    it stopped (the cluster's objects deleted with the namespace by the caller) on exit."""
+    it stopped (the cluster's objects deleted with the namespace by the caller) on exit.
+    ``kubeconfig`` sets things up (an admin's); Metacontroller runs with
+    ``controller_kubeconfig`` when given (e.g. its least-privilege ServiceAccount's,
+    :func:`controlplane.accounts.metacontroller_kubeconfig`), else with ``kubeconfig``."""
+    controller_config = controller_kubeconfig or kubeconfig
     rest = KubeRest.from_kubeconfig(kubeconfig)
     install(rest, hook_url, token)
     with KubeletStandIn(rest, NODE):
         for member in cluster.members:
             _create_pod(rest, member_pod(member.name, member.ip, namespace))
         slices = SliceWatch(rest, namespace, on_change=on_change).start()
-        binary = binary_from_env(kubeconfig, work_dir or Path("/tmp"), namespace)
+        binary = binary_from_env(controller_config, work_dir or Path("/tmp"), namespace)
         controller = None
         if binary is None:
-            controller = KubeMetacontroller(kubeconfig, on_record=on_record, max_backoff=1.0)
+            controller = KubeMetacontroller(controller_config, on_record=on_record, max_backoff=1.0)
             controller.start()
         else:
             binary.start()

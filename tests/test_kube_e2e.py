@@ -15,10 +15,12 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from controlplane import ControlPlane
+from controlplane.accounts import metacontroller_kubeconfig
 from controlplane.rest import KubeRest, resource_path
 from devcluster import PatroniCluster
 from standin.gunicorn import GunicornHook
@@ -57,8 +59,12 @@ def rig(
         pod_network_hook.url,
         pod_network_hook.token,
         work_dir=tmp_path,
+        # Metacontroller as itself: the ServiceAccount bound to the values' clusterRole.rules.
+        controller_kubeconfig=metacontroller_kubeconfig(control_plane),
     ) as running:
         yield running
+        if running.controller is not None:  # least privilege: not one call refused
+            assert running.controller.rest.forbidden == []
 
 
 def _gone(rest: KubeRest, path: str, timeout: float, what: str) -> None:
@@ -73,6 +79,17 @@ def _gone(rest: KubeRest, path: str, timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
+def _wait_status(rig: KubeRig, predicate: Any, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        parent = rig.parent()
+        if parent is not None and predicate(parent.get("status") or {}):
+            return parent
+        if time.monotonic() > deadline:
+            raise AssertionError(f"status not reached in {timeout} s: {parent}")
+        time.sleep(0.1)
+
+
 def test_the_primary_slice_follows_the_leader_through_a_kill_and_a_switchover(
     rig: KubeRig,
 ) -> None:
@@ -80,8 +97,8 @@ def test_the_primary_slice_follows_the_leader_through_a_kill_and_a_switchover(
     leader = cluster.leader()
     assert leader is not None
     rig.slices.wait_ready((rig.leader_ip(leader),), 30, f"the leader {leader}")
-    parent = rig.parent()
-    assert parent is not None
+    # Metacontroller writes the children first and the status after them: wait for it.
+    parent = _wait_status(rig, lambda status: status.get("primary") == leader, 30)
     assert (
         "metacontroller.io/compositecontroller-pg-failover-hook" in parent["metadata"]["finalizers"]
     )
