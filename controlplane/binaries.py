@@ -130,6 +130,8 @@ def ensure_binaries(log: Callable[[str], None] = print) -> Binaries:
     root = cache_root() / "controlplane"
     target = root / key
     root.mkdir(parents=True, exist_ok=True)
+    if (target / COMPLETE_MARKER).exists():  # built: no need to wait behind another key's build
+        return Binaries(target / "bin", built_now=False, build_seconds=0.0)
     with (root / ".build.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another run building the same key: wait for it
         if (target / COMPLETE_MARKER).exists():

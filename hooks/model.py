@@ -79,7 +79,7 @@ ROLE_ALIASES: Mapping[str, str] = {"master": "primary"}
 # ---------------------------------------------------------------- Kubernetes values
 #: A Kubernetes resource quantity without a sign (``500m``, ``1.5``, ``256Mi``, ``1e3``).
 _DECIMAL = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-QUANTITY = re.compile(rf"^{_DECIMAL}(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?{_DECIMAL}))?$")
+QUANTITY = re.compile(rf"^{_DECIMAL}(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?{_DECIMAL}))?\Z")
 
 
 # ------------------------------------------------------------------------- spec

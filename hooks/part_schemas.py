@@ -49,7 +49,7 @@ from hooks.spec_fields import (
 _CRON_FIELD = r"[0-9A-Za-z*?/,-]+"
 #: Five cron fields or one of the macros CronJob accepts (no ``TZ=``: use the cluster's zone).
 _CRON_MACRO = "@(annually|yearly|monthly|weekly|daily|midnight|hourly)"
-_CRON_SCHEDULE = re.compile(rf"^({_CRON_MACRO}|{_CRON_FIELD}( +{_CRON_FIELD}){{4}})$")
+_CRON_SCHEDULE = re.compile(rf"^({_CRON_MACRO}|{_CRON_FIELD}( +{_CRON_FIELD}){{4}})\Z")
 
 
 class ReplicaServiceSchema(Schema):
@@ -132,7 +132,7 @@ class BackupSchema(Schema):
     )
     image = fields.String(
         required=True,
-        validate=[validate.Length(min=1, max=1024), validate.Regexp(r"^\S+$")],
+        validate=[validate.Length(min=1, max=1024), validate.Regexp(r"^\S+\Z")],
     )
     pvcName = fields.String(
         required=True,

@@ -43,6 +43,7 @@ from hooks.spec_fields import (
     IANA_SVC_NAME,
     SERVICE_TYPES,
     StrictBoolean,
+    StrictNumber,
     bounded_integer,
     check_labels,
     flatten,
@@ -87,12 +88,12 @@ class _PatroniSchema(Schema):
         load_default=field_default(ClusterSpec, "patroni_scheme"),
         validate=validate.OneOf(["http", "https"]),
     )
-    connectTimeoutSeconds = fields.Float(
+    connectTimeoutSeconds = StrictNumber(
         load_default=field_default(ClusterSpec, "connect_timeout"),
         allow_nan=False,
         validate=validate.Range(min=0.05, max=5),
     )
-    readTimeoutSeconds = fields.Float(
+    readTimeoutSeconds = StrictNumber(
         load_default=field_default(ClusterSpec, "read_timeout"),
         allow_nan=False,
         validate=validate.Range(min=0.05, max=5),
