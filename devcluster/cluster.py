@@ -19,6 +19,7 @@ failures tests inject; the jobs it delegates each have a module: the topology an
 files (:mod:`devcluster.layout`), ``patroni.yml`` (:mod:`devcluster.config`), the REST API's TLS
 material (:mod:`devcluster.tls`), etcd (:mod:`devcluster.etcd`), starting files and processes
 (:mod:`devcluster.processes`), member status and leader election (:mod:`devcluster.election`),
+Patroni's Kubernetes DCS instead of etcd (:mod:`devcluster.kubernetes_dcs`),
 REST actions (:mod:`devcluster.rest`), SQL (:mod:`devcluster.sql`) and bounded waiting
 (:mod:`devcluster.waiting`). Every public name of those is importable from here and from
 :mod:`devcluster`, as before the split.
@@ -45,7 +46,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import config, etcd, processes, rest, tls
+from devcluster import config, etcd, kubernetes_dcs, processes, rest, tls
 from devcluster import sql as sql_
 from devcluster._proc import Proc, kill_all, shutdown, teardown_base_dir, wait_gone
 from devcluster._runtime import Runtime, cluster_user, resolve_runtime
@@ -129,6 +130,7 @@ class PatroniCluster:
         restapi_tls: RestApiTLS | None = None,
         first_ip: int = FIRST_MEMBER_IP,
         etcd_host: str = ETCD_HOST,
+        kubernetes: kubernetes_dcs.KubernetesDCS | None = None,
     ) -> None:
         """Describe the cluster; nothing starts before :meth:`start`.
 
@@ -140,6 +142,9 @@ class PatroniCluster:
         ``restapi_tls``: serve the REST API over HTTPS (see :class:`RestApiTLS`).
         ``first_ip``/``etcd_host``: another address block (members on ``127.0.0.<first_ip>``
         and up, etcd on ``etcd_host``), for a second, small cluster next to the default one.
+        ``kubernetes``: keep the DCS in that namespace of a real API server through Patroni's
+        ``kubernetes:`` section (no etcd is started); each member's Pod must exist before
+        :meth:`start` (:func:`devcluster.kubernetes_dcs.create_member_pods`).
         """
         if not 1 <= members <= 200:
             raise ValueError("members must be between 1 and 200")
@@ -148,6 +153,7 @@ class PatroniCluster:
         if ipaddress.ip_address(etcd_host) not in ipaddress.ip_network("127.0.0.0/8"):
             raise ValueError("etcd_host must be a loopback address")
         self.first_ip, self.etcd_host = first_ip, etcd_host
+        self.kubernetes = kubernetes
         self.restapi_tls = restapi_tls
         if loop_wait + 2 * retry_timeout > ttl:
             raise ValueError("Patroni requires loop_wait + 2 * retry_timeout <= ttl")
@@ -192,7 +198,9 @@ class PatroniCluster:
     @property
     def addresses(self) -> list[tuple[str, int]]:
         """Every (address, port) the cluster listens on."""
-        addrs = [(self.etcd_host, ETCD_CLIENT_PORT), (self.etcd_host, ETCD_PEER_PORT)]
+        addrs = []
+        if self.kubernetes is None:
+            addrs += [(self.etcd_host, ETCD_CLIENT_PORT), (self.etcd_host, ETCD_PEER_PORT)]
         for i in range(self._n_members):
             ip = f"127.0.0.{self.first_ip + i}"
             addrs += [(ip, PG_PORT), (ip, API_PORT)]
@@ -250,7 +258,8 @@ class PatroniCluster:
             _LIVE.add(self)
             try:
                 self._prepare(t0 + timeout)
-                self._start_etcd(deadline=t0 + min(timeout, 30))
+                if self.kubernetes is None:
+                    self._start_etcd(deadline=t0 + min(timeout, 30))
                 for m in self.members:
                     self._launch_patroni(m)
                 self.wait_healthy(timeout=max(1.0, t0 + timeout - time.monotonic()))
@@ -351,6 +360,10 @@ class PatroniCluster:
         processes.write_marker(self.base_dir, self.scope)
         self._watchdog = processes.start_watchdog(self.base_dir, self.logs_dir / "watchdog.log")
         tls_files = tls.copy_files(self.restapi_tls, self.tls_dir, user.uid, user.gid)
+        if self.kubernetes is not None:
+            kubernetes_dcs.write_member_files(
+                self.kubernetes, self.kubernetes_dir, user.uid, user.gid
+            )
         client_context = tls.client_context(tls_files)
         self.members = []
         for i in range(self._n_members):
@@ -373,6 +386,11 @@ class PatroniCluster:
             self.members.append(m)
         if time.monotonic() > deadline:
             raise ClusterError("start timeout used up while preparing")
+
+    @property
+    def kubernetes_dir(self) -> Path:
+        """The members' kubeconfig and the API server's CA, for the cluster user."""
+        return self.base_dir / "kubernetes"
 
     @property
     def tls_dir(self) -> Path:
@@ -405,11 +423,18 @@ class PatroniCluster:
             fsync=self.fsync,
             restapi_tls=self.restapi_tls,
             tls_dir=self.tls_dir,
+            kubernetes=None
+            if self.kubernetes is None
+            else kubernetes_dcs.config_section(m.pg_port),
         )
 
     def _launch_patroni(self, m: Member) -> None:
         assert self.runtime is not None
-        popen = processes.launch_patroni(self.runtime, m, self._env())
+        env = self._env()
+        if self.kubernetes is not None:
+            kubeconfig = self.kubernetes_dir / "kubeconfig"
+            env.update(kubernetes_dcs.member_environment(self.kubernetes, m.ip, kubeconfig))
+        popen = processes.launch_patroni(self.runtime, m, env)
         previous = m._popen
         if previous is not None:
             # Reap the earlier Patroni (stopped or killed without a wait), so its Popen is not
@@ -457,7 +482,9 @@ class PatroniCluster:
         return [s.name for s in self.statuses() if s.streaming]
 
     def dcs_leader(self) -> str | None:
-        """Who holds the leader lock in etcd (the key outlives a killed leader until its TTL)."""
+        """Who holds the leader lock in the DCS (it outlives a killed leader until its TTL)."""
+        if self.kubernetes is not None:
+            return kubernetes_dcs.leader_key_holder(self.kubernetes, self.scope)
         return etcd.leader_key_holder(self.etcd_host, self.scope)
 
     def diagnostics(self, names: Iterable[str] | None = None, lines: int = 25) -> str:

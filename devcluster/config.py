@@ -1,4 +1,5 @@
-"""Each member's ``patroni.yml``: the timing profile, etcd, PostgreSQL and its authentication.
+"""Each member's ``patroni.yml``: the timing profile, the DCS (etcd, or Patroni's Kubernetes DCS),
+PostgreSQL and its authentication.
 
 Pure: everything it renders comes in as arguments, so a test can read a member's config without
 starting anything.
@@ -34,11 +35,25 @@ def patroni_config(
     fsync: bool,
     restapi_tls: RestApiTLS | None,
     tls_dir: Path,
+    kubernetes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``patroni.yml`` of member ``m`` (as a dict; written as YAML)."""
+    """The ``patroni.yml`` of member ``m`` (as a dict; written as YAML).
+
+    ``kubernetes``: the ``kubernetes:`` section in place of ``etcd3:`` (the rest of that
+    section comes from the member's environment, :mod:`devcluster.kubernetes_dcs`). Then
+    there is no top-level ``namespace``: Patroni's ``get_dcs`` copies it over the DCS
+    section's own (``patroni/dcs/__init__.py``), so ``/service/`` would silently replace
+    ``PATRONI_KUBERNETES_NAMESPACE`` and every API call would go to
+    ``/api/v1/namespaces//service//...``.
+    """
+    dcs: dict[str, Any] = (
+        {"etcd3": {"hosts": [f"{etcd_host}:{ETCD_CLIENT_PORT}"]}}
+        if kubernetes is None
+        else {"kubernetes": kubernetes}
+    )
     return {
         "scope": scope,
-        "namespace": NAMESPACE,
+        **({"namespace": NAMESPACE} if kubernetes is None else {}),
         "name": m.name,
         "log": {"level": "INFO", "format": "%(asctime)s %(levelname)s: %(message)s"},
         "restapi": {
@@ -47,7 +62,7 @@ def patroni_config(
             **tls.restapi_config(restapi_tls, tls_dir),
         },
         **tls.ctl_config(restapi_tls, tls_dir),
-        "etcd3": {"hosts": [f"{etcd_host}:{ETCD_CLIENT_PORT}"]},
+        **dcs,
         "bootstrap": {
             "dcs": {
                 "ttl": ttl,
