@@ -37,8 +37,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.kube)
 
 
-@pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+@contextlib.contextmanager
+def running_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A control plane of its own (fresh etcd, nothing applied), stopped on exit. For the
+    session's ``control_plane`` and for a module that must start from an empty server."""
     run_dir = tmp_path_factory.mktemp("controlplane")
     try:
         plane = start_control_plane(run_dir, log=lambda line: print(f"\n{line}", flush=True))
@@ -48,6 +50,12 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         yield plane
     finally:
         plane.stop()
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with running_control_plane(tmp_path_factory) as plane:
+        yield plane
 
 
 @pytest.fixture(scope="session")

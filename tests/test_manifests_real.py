@@ -6,8 +6,10 @@ monitoring objects, after the Prometheus Operator's CRDs) is rendered by the pin
 kustomize and really applied with server-side apply, after Metacontroller's CRDs: no error and no
 warning (a deprecation warning fails the test), and every rendered object is then on the
 server. The installs exclude each other (one namespace, one CompositeController name, the
-sharding overlay's admission policy), so each test starts from a clean server and deletes what it
-applied, as an admin who switches installs would; the mTLS migration of docs/upgrade.md is
+sharding overlay's admission policy), so the module runs on a control plane of its own (other
+modules leave cluster-scoped objects, such as an admission policy or the CRD, on the session's
+server under other field managers) and each test deletes what it applied, as an admin who
+switches installs would; the mTLS migration of docs/upgrade.md is
 applied in its documented order, over the running base.
 
 The Prometheus Operator's CRDs come from its Go module (``example/prometheus-operator-crd/`` of
@@ -29,6 +31,7 @@ import yaml
 
 from controlplane import ControlPlane
 from controlplane.binaries import find_go
+from tests.controlplane_fixtures import running_control_plane
 from tests.manifest_helpers import EXAMPLE_FULL, EXAMPLE_SEED, METACONTROLLER_CRDS, REPO
 
 MANAGER = "pgfh-tests"
@@ -41,6 +44,13 @@ MONITORING_CRDS = (
 )
 INSTALLS = ["deploy", "deploy/events", "deploy/mtls", "deploy/mtls-transition", "deploy/sharding"]
 DELETE_TIMEOUT = "120s"
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """This module's own empty server, in place of the session's shared one."""
+    with running_control_plane(tmp_path_factory) as plane:
+        yield plane
 
 
 def _clean(result: subprocess.CompletedProcess[str], what: str) -> str:
@@ -126,21 +136,22 @@ def installed(control_plane: ControlPlane, metacontroller_crds: None) -> Iterato
 
 
 def test_a_warning_of_the_server_fails_the_apply(
-    control_plane: ControlPlane, kube_namespace: str
+    control_plane: ControlPlane,
 ) -> None:
     """The negative control: the server warns (here, a memory quantity in millibytes), and the
     apply that succeeded fails the check anyway."""
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "warned", "namespace": kube_namespace},
+        "metadata": {"name": "warned", "namespace": "default"},
         "spec": {
             "containers": [{"name": "c", "image": "i", "resources": {"limits": {"memory": "100m"}}}]
         },
     }
     with pytest.raises(AssertionError, match=r"(?s)warned:.*fractional byte value"):
         apply(control_plane, yaml.safe_dump(pod), "a Pod the server warns about")
-    assert control_plane.kubectl("get", "pod", "-n", kube_namespace, "warned").returncode == 0
+    assert control_plane.kubectl("get", "pod", "-n", "default", "warned").returncode == 0
+    control_plane.kubectl("delete", "pod", "-n", "default", "warned", "--wait=false")
 
 
 @pytest.mark.parametrize("target", INSTALLS)
