@@ -46,6 +46,9 @@ BUILD_INPUT_DIRS = ("requirements/runtime.txt", "hooks")
 #: How long the slow steps may take at most (a cold debootstrap takes ~1.5 min here).
 DEBOOTSTRAP_TIMEOUT = 900.0
 BUILD_TIMEOUT = 900.0
+#: Test images kept in the local storage after a build (each is ~370 MB; a few, not one,
+#: because clones or worktrees with other hooks/ contents may be testing theirs meanwhile).
+KEEP_IMAGES = 3
 
 
 class ImageToolsMissing(RuntimeError):
@@ -305,4 +308,40 @@ def ensure_image(base: str | None = None) -> Built:
             ["make", "--no-print-directory", "image", f"IMAGE={name}", f"BASE={base}"],
             timeout=BUILD_TIMEOUT,
         )
-        return Built(name, base, time.monotonic() - started, cached=False)
+        built = Built(name, base, time.monotonic() - started, cached=False)
+        prune_images(keep=name)
+        return built
+
+
+def images_to_prune(listing: str, keep: str, count: int = KEEP_IMAGES) -> list[str]:
+    """The test images to remove, from ``buildah images --json`` (buildah's ``jsonImage``:
+    ``names`` and ``created``, Unix seconds): all but the ``count`` newest of
+    :data:`IMAGE_REPOSITORY`, never ``keep`` (the one just built), nothing of another name."""
+    ours: list[tuple[int, str]] = []
+    for image in json.loads(listing or "[]"):
+        for name in image.get("names") or ():
+            if name.rpartition(":")[0] == IMAGE_REPOSITORY:
+                ours.append((int(image.get("created") or 0), name))
+    ours.sort(reverse=True)
+    newest = {name for _, name in ours[:count]} | {keep}
+    return [name for _, name in ours if name not in newest]
+
+
+def prune_images(keep: str) -> list[str]:
+    """Remove the older test images (every change of hooks/ builds one); an image still in
+    use by a running test is refused by buildah and stays. Returns what was removed."""
+    listed = subprocess.run(
+        ["buildah", "images", "--json"], capture_output=True, text=True, timeout=60, check=False
+    )
+    if listed.returncode != 0:
+        return []
+    removed = []
+    for name in images_to_prune(listed.stdout, keep):
+        result = subprocess.run(
+            ["buildah", "rmi", name], capture_output=True, timeout=120, check=False
+        )
+        if result.returncode == 0:
+            removed.append(name)
+    # The layers of the removed images' builds that nothing names any more.
+    subprocess.run(["buildah", "rmi", "--prune"], capture_output=True, timeout=300, check=False)
+    return removed

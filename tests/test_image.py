@@ -44,8 +44,11 @@ from standin.image_build import (
     build_inputs,
     ensure_base,
     ensure_image,
+    IMAGE_REPOSITORY,
+    KEEP_IMAGES,
     image_exists,
     image_key,
+    images_to_prune,
 )
 from tests.test_packaging import LOCK_RUNTIME, pins
 
@@ -103,6 +106,38 @@ def test_the_image_key_covers_every_build_input(tmp_path: Path) -> None:
     assert before == image_key("a", REPO)
     (copy / "hooks" / "app.py").write_text("# changed\n", encoding="utf-8")
     assert image_key("a", copy) != before
+
+
+def test_older_test_images_are_pruned_and_nothing_else() -> None:
+    """Every change of hooks/ builds an image of ~370 MB: all but the newest few go."""
+    listing = json.dumps(
+        [
+            {"names": [f"{IMAGE_REPOSITORY}:old{n}"], "created": 1000 + n} for n in range(5)
+        ]
+        + [
+            {"names": ["localhost/pgfh-standin-base:k"], "created": 1},
+            {"names": [f"{IMAGE_REPOSITORY}-other:x"], "created": 2},
+            {"names": [], "created": 3},
+        ]
+    )
+    pruned = images_to_prune(listing, keep=f"{IMAGE_REPOSITORY}:old0", count=3)
+    assert pruned == [f"{IMAGE_REPOSITORY}:old1"]
+    assert images_to_prune(listing, keep="x", count=5) == []
+    assert images_to_prune("", keep="x") == []
+
+
+def test_the_storage_holds_a_few_test_images_at_most(built: Built) -> None:
+    listed = subprocess.run(
+        ["buildah", "images", "--json"], capture_output=True, text=True, timeout=60, check=True
+    )
+    names = [
+        name
+        for image in json.loads(listed.stdout or "[]")
+        for name in image.get("names") or ()
+        if name.rpartition(":")[0] == IMAGE_REPOSITORY
+    ]
+    assert built.image in names
+    assert len(names) <= KEEP_IMAGES + 1, names  # + 1: a build of another clone meanwhile
 
 
 def test_the_base_recipe_uses_apts_mirror_and_is_keyed_by_it() -> None:
