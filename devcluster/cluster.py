@@ -50,6 +50,7 @@ from devcluster import config, etcd, kubernetes_dcs, processes, rest, tls
 from devcluster import sql as sql_
 from devcluster._proc import Proc, kill_all, shutdown, teardown_base_dir, wait_gone
 from devcluster._runtime import Runtime, cluster_user, resolve_runtime
+from devcluster.address_locks import AddressLocks
 from devcluster.election import (
     LeaderElection,
     LeaderWatch,
@@ -176,6 +177,7 @@ class PatroniCluster:
         self._started = False
         self._failed = False
         self._lock = threading.RLock()
+        self._address_locks: AddressLocks | None = None
         self.startup_seconds: float | None = None
 
     # ----------------------------------------------------------------- layout & lookup
@@ -253,6 +255,11 @@ class PatroniCluster:
         with self._lock:
             if self._started:
                 raise ClusterError("cluster already started")
+            # Another run on this machine's same addresses: wait for it (not part of timeout).
+            self._address_locks = AddressLocks(self.addresses)
+            waited = self._address_locks.acquire()
+            if waited > 1.0:
+                log.warning("waited %.0f s for another devcluster run on these addresses", waited)
             t0 = time.monotonic()
             self._started = True
             _LIVE.add(self)
@@ -296,8 +303,12 @@ class PatroniCluster:
                 return
             self._started = False
             _LIVE.discard(self)
-            survivors = self._kill_everything()
-            self._stop_watchdog()
+            try:
+                survivors = self._kill_everything()
+                self._stop_watchdog()
+            finally:
+                if self._address_locks is not None:
+                    self._address_locks.release()
             keep_logs = self._failed if keep_logs is None else keep_logs
             self._remove_files(keep_logs or bool(survivors))
             if survivors:
