@@ -12,12 +12,15 @@ Metacontroller write the status again and again).
 Modelled on Patroni's own ``fetch_nodes_statuses`` (``patroni/ha.py``): fixed small
 timeouts, no retries (the next resync is the retry), a thread pool.
 
-The HTTP client is **requests** (HTTP/1.x and TLS are its and urllib3's, not ours): one
-``Session`` per process with ``trust_env=False`` (no proxy, netrc or CA bundle from the
-environment), no redirect followed (nor looked at: see :class:`_Session`), no cookies kept,
-``stream=True`` with a body read capped at ``max_body_bytes``, ``(connect, read)`` timeouts
-cut to what is left of the round. What the parsed answer means is
-:mod:`hooks.patroni_answer`'s, pure.
+The HTTP client is **requests** (HTTP/1.x and TLS are its and urllib3's, not ours), through
+its transport API: one :class:`requests.adapters.HTTPAdapter` per process, whose ``send``
+each probe calls with its prepared GET. No ``Session``: a Session's work per request is
+merging its settings with the environment's (proxies, netrc, a CA bundle: none may apply
+here), its cookie jar (a member's cookie must never travel to another member: with no jar
+there is none to travel) and redirects (never followed, nor looked at). So: no proxy, netrc
+or CA bundle from the environment, no redirect, no cookie, ``stream=True`` with a body read
+capped at ``max_body_bytes``, ``(connect, read)`` timeouts cut to what is left of the round.
+What the parsed answer means is :mod:`hooks.patroni_answer`'s, pure.
 
 **The deadline is enforced here, not by the timeouts.** requests' read timeout bounds each
 ``recv``: a member that sends a byte every 0.3 s is never "timed out". Each probe runs in a
@@ -45,10 +48,9 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from http.cookiejar import DefaultCookiePolicy
 from typing import Any, Protocol
 
 import requests
@@ -77,7 +79,7 @@ _GRACE = 0.05
 #: Connection pools kept (one per member address and serverName; each only recycles a
 #: connection object: every probe closes its connection, as Patroni does).
 _POOLS = 1024
-#: The request's headers, exactly (requests' defaults would add Accept-Encoding, and
+#: The request's headers, exactly (a Session's defaults would add Accept-Encoding, and
 #: ``Connection: keep-alive`` where Patroni closes every connection anyway).
 _HEADERS = {
     "User-Agent": "pg-failover-hook",
@@ -114,11 +116,22 @@ class _Probe:
     down after its probe has finished with it.
     """
 
-    __slots__ = ("_lock", "_sock", "connected", "context", "cut_off", "ends_at", "target")
+    __slots__ = (
+        "_lock",
+        "_sock",
+        "connected",
+        "context",
+        "cut_off",
+        "ends_at",
+        "target",
+        "url",
+    )
 
     def __init__(self, target: ProbeTarget, ends_at: float) -> None:
         self.target = target
         self.ends_at = ends_at
+        #: The target's URL, checked and parsed (the adapter picks the pool by it).
+        self.url: Url | None = None
         #: The TLS context of an https probe (its files as they are now).
         self.context: ssl.SSLContext | None = None
         #: The TCP connection (and TLS handshake) is up: a timeout now is the read's.
@@ -154,12 +167,19 @@ def _shutdown(sock: socket.socket) -> None:
         socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
-#: The probe the current pool thread runs (the connection classes attach to it).
+#: The probe the current thread runs (the connection classes attach to it).
 _running = threading.local()
 
 
 def _current() -> _Probe | None:
     probe: _Probe | None = getattr(_running, "probe", None)
+    return probe
+
+
+def _probe_here() -> _Probe:
+    probe = _current()
+    if probe is None:  # the adapter is the prober's own: only _exchange calls it
+        raise RuntimeError("no probe runs in this thread")
     return probe
 
 
@@ -294,11 +314,14 @@ class TLSContexts:
 
 
 class _Adapter(HTTPAdapter):
-    """requests' adapter with the probe's TLS context and serverName, and cut-off sockets.
+    """requests' adapter with the probe's pool, TLS context and serverName, and cut-off sockets.
 
-    Every https pool gets the probe's :class:`ssl.SSLContext` and, with a serverName, that
-    name as ``server_hostname`` (SNI and the name OpenSSL checks); both are part of
-    urllib3's pool key, so a rotated context or another cluster's name gets its own pools.
+    Only :meth:`PatroniProber._exchange` sends through it, for the probe of its thread, whose
+    URL is already checked and parsed: the pool comes from that (no proxy is ever looked up,
+    nor the URL parsed again). Every https pool gets the probe's :class:`ssl.SSLContext` and,
+    with a serverName, that name as ``server_hostname`` (SNI and the name OpenSSL checks);
+    both are part of urllib3's pool key, so a rotated context or another cluster's name gets
+    its own pools.
     """
 
     def __init__(self) -> None:
@@ -310,19 +333,48 @@ class _Adapter(HTTPAdapter):
         super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
         self.poolmanager.pool_classes_by_scheme = {"http": _Pool, "https": _TLSPool}
 
-    def build_connection_pool_key_attributes(
-        self, request: requests.PreparedRequest, verify: Any, cert: Any = None
-    ) -> tuple[Any, Any]:
-        host_params, pool_kwargs = super().build_connection_pool_key_attributes(
-            request, verify, cert
-        )
-        probe = _current()
-        if host_params.get("scheme") != "https" or probe is None:
-            return host_params, pool_kwargs
+    def get_connection_with_tls_context(
+        self,
+        request: requests.PreparedRequest,
+        verify: Any,
+        proxies: Mapping[str, str] | None = None,
+        cert: Any = None,
+    ) -> HTTPConnectionPool:
+        probe = _probe_here()
+        url = probe.url
+        if url is None or url.host is None:
+            raise RuntimeError("the probe's URL was not checked")
+        host = url.host.removeprefix("[").removesuffix("]")
+        pool: HTTPConnectionPool
+        if url.scheme != "https":
+            pool = self.poolmanager.connection_from_host(host, url.port, "http")
+            return pool
         tls: dict[str, Any] = {"ssl_context": probe.context, "cert_reqs": "CERT_REQUIRED"}
         if probe.target.server_name:
             tls["server_hostname"] = probe.target.server_name
-        return host_params, tls
+        pool = self.poolmanager.connection_from_host(host, url.port, "https", pool_kwargs=tls)
+        return pool
+
+    def request_url(self, request: requests.PreparedRequest, proxies: Any) -> str:
+        """The path: never a proxy (requests' own looks one up in ``proxies``)."""
+        url = _probe_here().url
+        return url.path if url is not None and url.path else "/"
+
+    def build_response(self, req: requests.PreparedRequest, resp: Any) -> requests.Response:
+        """The status and the raw urllib3 response, which the prober reads itself.
+
+        requests' own also copies the headers into a dict of its own, works out a text
+        encoding and extracts cookies into a jar: none of which the prober uses (it reads
+        ``raw.headers``), and the cookies must never be kept anyway.
+        """
+        response = requests.Response()
+        response.status_code = resp.status
+        response.raw = resp
+        response.reason = resp.reason
+        response.url = req.url or ""
+        response.request = req
+        response.connection = self
+        return response
 
     def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
         """Nothing per connection: the context holds the CA bundle and client certificate.
@@ -330,31 +382,6 @@ class _Adapter(HTTPAdapter):
         requests' own would set a CA file on the pool (its certifi bundle at least), which
         urllib3 then loads into the shared context for every connection.
         """
-
-
-class _Session(requests.Session):
-    """A Session that never looks at a redirect.
-
-    With ``allow_redirects=False`` requests still works out where a 3xx would go (for
-    ``Response.next``) and reads the whole body to do so, whatever its size: here a
-    redirect has no target, so the body is read like any other, capped.
-    """
-
-    def get_redirect_target(self, resp: requests.Response) -> str | None:
-        return None
-
-
-def _session() -> requests.Session:
-    session = _Session()
-    session.trust_env = False  # no proxies, netrc or REQUESTS_CA_BUNDLE from the environment
-    session.headers.clear()
-    session.headers.update(_HEADERS)
-    # A member's Set-Cookie must never travel to another member.
-    session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
-    adapter = _Adapter()
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
 
 
 # ------------------------------------------------------------------------ the prober
@@ -375,7 +402,7 @@ os.register_at_fork(after_in_child=_after_fork)
 @dataclass(frozen=True, slots=True)
 class _Pools:
     executor: ThreadPoolExecutor
-    session: requests.Session
+    adapter: _Adapter
 
 
 class PatroniProber:
@@ -383,7 +410,7 @@ class PatroniProber:
 
     The defaults are :class:`~hooks.config.HookSettings`' (the operator's ``PGFH_*``).
     Any number of request threads may call :meth:`probe` at once; the pool and the
-    Session are made on first use in the process that uses them (gunicorn forks).
+    adapter are made on first use in the process that uses them (gunicorn forks).
 
     :param deadline: the bound of one whole round, in seconds.
     :param max_body_bytes: the largest body read from a member (Patroni's is ~1 KiB).
@@ -444,7 +471,7 @@ class PatroniProber:
             pools, self._pools = self._pools, None
         if pools is not None:
             pools.executor.shutdown(wait=False, cancel_futures=True)
-            pools.session.close()
+            pools.adapter.close()
 
     def _forget(self) -> None:
         # In a forked child: the parent's threads are gone and its lock may be held.
@@ -459,7 +486,7 @@ class PatroniProber:
             if self._pools is None:
                 self._pools = _Pools(
                     ThreadPoolExecutor(self.threads, thread_name_prefix="patroni-probe"),
-                    _session(),
+                    _Adapter(),
                 )
             return self._pools
 
@@ -480,9 +507,9 @@ class PatroniProber:
     # ------------------------------------------------------------------ the round
 
     def _round(self, targets: Sequence[ProbeTarget], ends_at: float) -> dict[str, MemberStatus]:
+        running: dict[str, tuple[_Probe, Future[MemberStatus]]] = {}
         try:
             executor = self._pools_here().executor
-            running: dict[str, tuple[_Probe, Future[MemberStatus]]] = {}
             for target in targets:
                 probe = _Probe(target, ends_at)
                 context = contextvars.copy_context()  # log fields follow the probe's thread
@@ -497,6 +524,8 @@ class PatroniProber:
                 wait([future for _, future in late], timeout=_GRACE)
             return {pod: self._result(pod, future) for pod, (_, future) in running.items()}
         except Exception as error:  # a bug or the OS out of resources: no member is known
+            for probe, _ in running.values():
+                probe.cut()
             return {
                 target.pod: MemberStatus.unknown(target.pod, describe_failure(error, target))
                 for target in targets
@@ -539,17 +568,17 @@ class PatroniProber:
         refused, url, request = self._check(target.url)
         if url is None or request is None:
             return MemberStatus.unknown(target.pod, refused or "refused")
+        probe.url = url
         if url.scheme == "https":
             probe.context = self.contexts.context()
         remaining = probe.ends_at - time.monotonic()
         if remaining <= 0:
             return MemberStatus.unknown(target.pod, self._late)
-        session = self._pools_here().session
-        response = session.send(
-            request.copy(),
-            timeout=(min(target.connect_timeout, remaining), min(target.read_timeout, remaining)),
-            allow_redirects=False,
+        # The adapter only reads the prepared GET: every probe of the URL sends the same one.
+        response = self._pools_here().adapter.send(
+            request,
             stream=True,
+            timeout=(min(target.connect_timeout, remaining), min(target.read_timeout, remaining)),
         )
         try:
             answered[0] = True
@@ -587,7 +616,7 @@ class PatroniProber:
     def _check(self, url: str) -> tuple[str | None, Url | None, requests.PreparedRequest | None]:
         # The same members are probed every second: remember each URL's verdict (the
         # policy is fixed for this prober; the check is pure) and its prepared GET
-        # (preparing one is a fifth of a probe's CPU; each probe sends a copy).
+        # (preparing one is a fifth of a probe's CPU).
         checked = self._checked.get(url)
         if checked is None:
             refused, parsed = _checked(url, self.policy)

@@ -17,6 +17,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from dataclasses import replace
 
 import pytest
@@ -503,6 +504,57 @@ def test_a_forked_child_probes_with_the_parents_prober(
         os.waitpid(pid, 0)
     assert answer == "leader|HTTP 200 on /primary: primary, running"
     assert leader.connections == 2
+
+
+def _record_requests(
+    listener: socket.socket, answer: bytes, heads: list[bytes], count: int
+) -> None:
+    """Serve ``count`` connections: keep each request head, send ``answer``, close (bounded)."""
+    listener.settimeout(5.0)
+    for _ in range(count):
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        with conn, suppress(OSError):
+            conn.settimeout(5.0)
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) < 65536:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                head += chunk
+            heads.append(head)
+            conn.sendall(answer)
+
+
+def test_a_members_cookie_never_travels_to_another_member(
+    real_prober: PatroniProber, member: MakeMember
+) -> None:
+    # The member that sets it and the next one share an address (cookies ignore the port).
+    cookie = HEAD + b"Set-Cookie: session=pg-0-secret; Path=/\r\n\r\n" + LEADER_JSON
+    setter = member(fakes.raw(cookie), name="pg-0")
+    listener = socket.create_server(("127.0.0.1", 0))
+    heads: list[bytes] = []
+    answer = HEAD + b"\r\n" + LEADER_JSON
+    server = threading.Thread(target=_record_requests, args=(listener, answer, heads, 2))
+    server.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/primary"
+    try:
+        # Negative control: a Session's cookie jar takes it along to the other member.
+        with requests.Session() as session:
+            session.trust_env = False
+            session.get(setter.url(), timeout=1.0)
+            session.get(url, timeout=1.0)
+        first = real_prober.probe([target(setter)])["pg-0"]
+        second = real_prober.probe([ProbeTarget("pg-1", url, 0.5, 1.0)])["pg-1"]
+    finally:
+        server.join(6.0)
+        listener.close()
+    assert first.is_leader and second.is_leader, (first.reason, second.reason)
+    assert len(heads) == 2
+    assert b"cookie: session=pg-0-secret" in heads[0].lower()
+    assert b"GET /primary" in heads[1] and b"cookie" not in heads[1].lower()
 
 
 def test_no_targets_no_round(real_prober: PatroniProber) -> None:
