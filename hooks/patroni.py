@@ -79,6 +79,11 @@ _GRACE = 0.05
 #: Connection pools kept (one per member address and serverName; each only recycles a
 #: connection object: every probe closes its connection, as Patroni does).
 _POOLS = 1024
+#: Connection objects a pool keeps for reuse: as many as probes of one member can run at
+#: once in a process (a gunicorn worker's request threads). Past it, urllib3 logs "pool is
+#: full, discarding connection" at WARNING for every probe that ends: log noise, and a
+#: formatted log line's CPU on each.
+_POOL_SIZE = 32
 #: The request's headers, exactly (a Session's defaults would add Accept-Encoding, and
 #: ``Connection: keep-alive`` where Patroni closes every connection anyway).
 _HEADERS = {
@@ -325,7 +330,7 @@ class _Adapter(HTTPAdapter):
     """
 
     def __init__(self) -> None:
-        super().__init__(pool_connections=_POOLS, pool_maxsize=2, max_retries=0)
+        super().__init__(pool_connections=_POOLS, pool_maxsize=_POOL_SIZE, max_retries=0)
 
     def init_poolmanager(
         self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any

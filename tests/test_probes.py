@@ -9,6 +9,7 @@ benchmarks; deadlines are kept at 0.5-1.0 s so the module stays fast.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import signal
@@ -470,6 +471,32 @@ def test_many_threads_can_probe_at_once(real_prober: PatroniProber, member: Make
             ProbeVerdict.NOT_LEADER,
         ]
     assert sum(f.connections for f in members) == 24
+
+
+def test_probes_of_one_member_from_many_threads_at_once_log_nothing(
+    real_prober: PatroniProber, member: MakeMember, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 16 request threads of a worker syncing clusters that share a member (or one cluster,
+    # in a benchmark): urllib3 would log "Connection pool is full" for every probe past
+    # the pool's size, a line per probe at WARNING.
+    leader = member(fakes.LEADER)
+    barrier = threading.Barrier(16, timeout=5.0)
+    results: list[MemberStatus] = []
+
+    def run() -> None:
+        barrier.wait()
+        for _ in range(3):
+            results.append(real_prober.probe([target(leader)])["pg-0"])
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(16)]
+    with caplog.at_level(logging.DEBUG, logger="urllib3"):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10.0)
+    assert len(results) == 48 and all(status.is_leader for status in results)
+    assert leader.connections == 48
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
