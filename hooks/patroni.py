@@ -23,12 +23,15 @@ capped at ``max_body_bytes``, ``(connect, read)`` timeouts cut to what is left o
 What the parsed answer means is :mod:`hooks.patroni_answer`'s, pure.
 
 **The deadline is enforced here, not by the timeouts.** requests' read timeout bounds each
-``recv``: a member that sends a byte every 0.3 s is never "timed out". Each probe runs in a
-pool thread; the round waits for them until its deadline, answers, and then shuts down the
-socket of every probe still running (:class:`_Probe`), so a trickling or hung member holds
-its pool thread no longer than the round that asked it. A pool thread is therefore held at
-most one deadline per probe, and the pool (``threads``) only has to hold the probes that can
-be in flight at once in one process: one per member of every round in progress.
+``recv``: a member that sends a byte every 0.3 s is never "timed out". A round probes its
+first member in the calling (request) thread and every other one in a pool thread, all at
+once; at the deadline every probe still running has its socket shut down (:class:`_Probe`):
+the request thread's by the process's one :class:`_Cutter` thread, the pool's by the round
+itself. So a trickling or hung member holds a thread no longer than the round that asked
+it, a pool thread is held at most one deadline per probe, and the pool (``threads``) only
+has to hold the probes that can be in flight at once in one process: one per member but
+one of every round in progress. (The first member in the request thread saves its hand-off
+to the pool and back: a one-member round uses no pool thread at all.)
 
 TLS: one :class:`ssl.SSLContext` per set of files (:class:`TLSContexts`), verified against
 the CA bundle (``check_hostname``: the pod IP, or ``spec.patroni.tls.serverName`` as SNI and
@@ -40,7 +43,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import heapq
 import ipaddress
+import itertools
 import logging
 import os
 import socket
@@ -127,6 +132,7 @@ class _Probe:
         "connected",
         "context",
         "cut_off",
+        "done",
         "ends_at",
         "target",
         "url",
@@ -142,6 +148,8 @@ class _Probe:
         #: The TCP connection (and TLS handshake) is up: a timeout now is the read's.
         self.connected = False
         self.cut_off = False
+        #: The worker is done with it: nothing left to cut.
+        self.done = False
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
 
@@ -163,6 +171,7 @@ class _Probe:
         """The worker is done with the probe (its sockets are closed or about to be)."""
         with self._lock:
             self._sock = None
+            self.done = True
 
 
 def _shutdown(sock: socket.socket) -> None:
@@ -170,6 +179,57 @@ def _shutdown(sock: socket.socket) -> None:
     # its SSL object under the thread that is reading with it.
     with contextlib.suppress(OSError):  # closed already, or never connected
         socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class _Cutter:
+    """The thread that cuts request-thread probes off at their deadlines.
+
+    A pool thread's probe is cut by the round that waits for it; the probe a round runs in
+    its own thread has nobody else to do it, so it is :meth:`watch`ed here. One thread per
+    process, asleep until the earliest deadline of a probe still running: finished probes
+    are dropped when they come to the front, so under a steady load it wakes about once a
+    deadline, not once a probe. Bounded: it holds the probes of one deadline's worth of
+    rounds at most (each a few hundred bytes).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._heap: list[tuple[float, int, _Probe]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def watch(self, probe: _Probe) -> None:
+        """Cut ``probe`` at its ``ends_at`` unless it has finished by then."""
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="patroni-probe-cutter", daemon=True
+                )
+                self._thread.start()
+            heap = self._heap
+            # Woken only when the new deadline comes first: the usual case is a later one.
+            earlier = not heap or probe.ends_at < heap[0][0]
+            heapq.heappush(heap, (probe.ends_at, next(self._order), probe))
+            if earlier:
+                self._cond.notify()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._heap.clear()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        heap = self._heap
+        with self._cond:
+            while not self._stopped:
+                now = time.monotonic()
+                while heap and (heap[0][2].done or heap[0][0] <= now):
+                    probe = heapq.heappop(heap)[2]
+                    if not probe.done:
+                        probe.cut()
+                self._cond.wait(heap[0][0] - now if heap else None)
 
 
 #: The probe the current thread runs (the connection classes attach to it).
@@ -408,14 +468,15 @@ os.register_at_fork(after_in_child=_after_fork)
 class _Pools:
     executor: ThreadPoolExecutor
     adapter: _Adapter
+    cutter: _Cutter
 
 
 class PatroniProber:
     """Concurrent, bounded probes through :mod:`requests` in a thread pool.
 
     The defaults are :class:`~hooks.config.HookSettings`' (the operator's ``PGFH_*``).
-    Any number of request threads may call :meth:`probe` at once; the pool and the
-    adapter are made on first use in the process that uses them (gunicorn forks).
+    Any number of request threads may call :meth:`probe` at once; the pool, the cutter
+    and the adapter are made on first use in the process that uses them (gunicorn forks).
 
     :param deadline: the bound of one whole round, in seconds.
     :param max_body_bytes: the largest body read from a member (Patroni's is ~1 KiB).
@@ -424,9 +485,10 @@ class PatroniProber:
         one, only the shape of each target is checked.
     :param tls: CA bundle and client certificate for ``https`` members (see
         :class:`TLSContexts`).
-    :param threads: the most probes in flight at once in this process. Each holds its
-        thread one deadline at most, so 256 lets 16 request threads probe 16 members
-        each at the same time; threads are started only when that many are needed.
+    :param threads: the most pool probes in flight at once in this process. Each holds its
+        thread one deadline at most, so 256 lets 16 request threads probe 17 members
+        each at the same time (the first in the request thread); threads are started only
+        when that many are needed.
     """
 
     def __init__(
@@ -476,6 +538,7 @@ class PatroniProber:
             pools, self._pools = self._pools, None
         if pools is not None:
             pools.executor.shutdown(wait=False, cancel_futures=True)
+            pools.cutter.stop()
             pools.adapter.close()
 
     def _forget(self) -> None:
@@ -492,6 +555,7 @@ class PatroniProber:
                 self._pools = _Pools(
                     ThreadPoolExecutor(self.threads, thread_name_prefix="patroni-probe"),
                     _Adapter(),
+                    _Cutter(),
                 )
             return self._pools
 
@@ -514,20 +578,29 @@ class PatroniProber:
     def _round(self, targets: Sequence[ProbeTarget], ends_at: float) -> dict[str, MemberStatus]:
         running: dict[str, tuple[_Probe, Future[MemberStatus]]] = {}
         try:
-            executor = self._pools_here().executor
-            for target in targets:
+            pools = self._pools_here()
+            first, *rest = targets
+            for target in rest:
                 probe = _Probe(target, ends_at)
                 context = contextvars.copy_context()  # log fields follow the probe's thread
-                running[target.pod] = (probe, executor.submit(context.run, self._ask, probe))
-            futures = [future for _, future in running.values()]
-            wait(futures, timeout=max(0.0, ends_at - time.monotonic()))
-            late = [(probe, future) for probe, future in running.values() if not future.done()]
-            for probe, future in late:
-                future.cancel()
-                probe.cut()
-            if late:
-                wait([future for _, future in late], timeout=_GRACE)
-            return {pod: self._result(pod, future) for pod, (_, future) in running.items()}
+                future = pools.executor.submit(context.run, self._ask, probe)
+                running[target.pod] = (probe, future)
+            # The first member in this thread, meanwhile; the cutter ends it at the deadline.
+            here = _Probe(first, ends_at)
+            pools.cutter.watch(here)
+            statuses = {first.pod: self._ask(here)}
+            if running:
+                futures = [future for _, future in running.values()]
+                wait(futures, timeout=max(0.0, ends_at - time.monotonic()))
+                late = [(p, future) for p, future in running.values() if not future.done()]
+                for probe, future in late:
+                    future.cancel()
+                    probe.cut()
+                if late:
+                    wait([future for _, future in late], timeout=_GRACE)
+                for pod, (_, future) in running.items():
+                    statuses[pod] = self._result(pod, future)
+            return {target.pod: statuses[target.pod] for target in targets}
         except Exception as error:  # a bug or the OS out of resources: no member is known
             for probe, _ in running.values():
                 probe.cut()
@@ -542,7 +615,7 @@ class PatroniProber:
         return MemberStatus.unknown(pod, self._late)
 
     def _ask(self, probe: _Probe) -> MemberStatus:
-        """One member's probe, in a pool thread; never raises."""
+        """One member's probe, in a pool thread or the round's own; never raises."""
         target = probe.target
         if probe.cut_off:
             return MemberStatus.unknown(target.pod, self._late)
