@@ -12,20 +12,26 @@ Metacontroller write the status again and again).
 Modelled on Patroni's own ``fetch_nodes_statuses`` (``patroni/ha.py``): fixed small
 timeouts, no retries (the next resync is the retry), a thread pool.
 
-The HTTP client is **requests** (HTTP/1.x and TLS are its and urllib3's, not ours): one
-``Session`` per process with ``trust_env=False`` (no proxy, netrc or CA bundle from the
-environment), no redirect followed (nor looked at: see :class:`_Session`), no cookies kept,
-``stream=True`` with a body read capped at ``max_body_bytes``, ``(connect, read)`` timeouts
-cut to what is left of the round. What the parsed answer means is
-:mod:`hooks.patroni_answer`'s, pure.
+The HTTP client is **requests** (HTTP/1.x and TLS are its and urllib3's, not ours), through
+its transport API: one :class:`requests.adapters.HTTPAdapter` per process, whose ``send``
+each probe calls with its prepared GET. No ``Session``: a Session's work per request is
+merging its settings with the environment's (proxies, netrc, a CA bundle: none may apply
+here), its cookie jar (a member's cookie must never travel to another member: with no jar
+there is none to travel) and redirects (never followed, nor looked at). So: no proxy, netrc
+or CA bundle from the environment, no redirect, no cookie, ``stream=True`` with a body read
+capped at ``max_body_bytes``, ``(connect, read)`` timeouts cut to what is left of the round.
+What the parsed answer means is :mod:`hooks.patroni_answer`'s, pure.
 
 **The deadline is enforced here, not by the timeouts.** requests' read timeout bounds each
-``recv``: a member that sends a byte every 0.3 s is never "timed out". Each probe runs in a
-pool thread; the round waits for them until its deadline, answers, and then shuts down the
-socket of every probe still running (:class:`_Probe`), so a trickling or hung member holds
-its pool thread no longer than the round that asked it. A pool thread is therefore held at
-most one deadline per probe, and the pool (``threads``) only has to hold the probes that can
-be in flight at once in one process: one per member of every round in progress.
+``recv``: a member that sends a byte every 0.3 s is never "timed out". A round probes its
+first member in the calling (request) thread and every other one in a pool thread, all at
+once; at the deadline every probe still running has its socket shut down (:class:`_Probe`):
+the request thread's by the process's one :class:`_Cutter` thread, the pool's by the round
+itself. So a trickling or hung member holds a thread no longer than the round that asked
+it, a pool thread is held at most one deadline per probe, and the pool (``threads``) only
+has to hold the probes that can be in flight at once in one process: one per member but
+one of every round in progress. (The first member in the request thread saves its hand-off
+to the pool and back: a one-member round uses no pool thread at all.)
 
 TLS: one :class:`ssl.SSLContext` per set of files (:class:`TLSContexts`), verified against
 the CA bundle (``check_hostname``: the pod IP, or ``spec.patroni.tls.serverName`` as SNI and
@@ -37,7 +43,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import heapq
 import ipaddress
+import itertools
 import logging
 import os
 import socket
@@ -45,10 +53,9 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from http.cookiejar import DefaultCookiePolicy
 from typing import Any, Protocol
 
 import requests
@@ -77,7 +84,12 @@ _GRACE = 0.05
 #: Connection pools kept (one per member address and serverName; each only recycles a
 #: connection object: every probe closes its connection, as Patroni does).
 _POOLS = 1024
-#: The request's headers, exactly (requests' defaults would add Accept-Encoding, and
+#: Connection objects a pool keeps for reuse: as many as probes of one member can run at
+#: once in a process (a gunicorn worker's request threads). Past it, urllib3 logs "pool is
+#: full, discarding connection" at WARNING for every probe that ends: log noise, and a
+#: formatted log line's CPU on each.
+_POOL_SIZE = 32
+#: The request's headers, exactly (a Session's defaults would add Accept-Encoding, and
 #: ``Connection: keep-alive`` where Patroni closes every connection anyway).
 _HEADERS = {
     "User-Agent": "pg-failover-hook",
@@ -114,16 +126,30 @@ class _Probe:
     down after its probe has finished with it.
     """
 
-    __slots__ = ("_lock", "_sock", "connected", "context", "cut_off", "ends_at", "target")
+    __slots__ = (
+        "_lock",
+        "_sock",
+        "connected",
+        "context",
+        "cut_off",
+        "done",
+        "ends_at",
+        "target",
+        "url",
+    )
 
     def __init__(self, target: ProbeTarget, ends_at: float) -> None:
         self.target = target
         self.ends_at = ends_at
+        #: The target's URL, checked and parsed (the adapter picks the pool by it).
+        self.url: Url | None = None
         #: The TLS context of an https probe (its files as they are now).
         self.context: ssl.SSLContext | None = None
         #: The TCP connection (and TLS handshake) is up: a timeout now is the read's.
         self.connected = False
         self.cut_off = False
+        #: The worker is done with it: nothing left to cut.
+        self.done = False
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
 
@@ -145,6 +171,7 @@ class _Probe:
         """The worker is done with the probe (its sockets are closed or about to be)."""
         with self._lock:
             self._sock = None
+            self.done = True
 
 
 def _shutdown(sock: socket.socket) -> None:
@@ -154,12 +181,70 @@ def _shutdown(sock: socket.socket) -> None:
         socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
-#: The probe the current pool thread runs (the connection classes attach to it).
+class _Cutter:
+    """The thread that cuts request-thread probes off at their deadlines.
+
+    A pool thread's probe is cut by the round that waits for it; the probe a round runs in
+    its own thread has nobody else to do it, so it is :meth:`watch`ed here. One thread per
+    process, asleep until the earliest deadline of a probe still running: finished probes
+    are dropped when they come to the front, so under a steady load it wakes about once a
+    deadline, not once a probe. Bounded: it holds the probes of one deadline's worth of
+    rounds at most (each a few hundred bytes).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._heap: list[tuple[float, int, _Probe]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def watch(self, probe: _Probe) -> None:
+        """Cut ``probe`` at its ``ends_at`` unless it has finished by then."""
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="patroni-probe-cutter", daemon=True
+                )
+                self._thread.start()
+            heap = self._heap
+            # Woken only when the new deadline comes first: the usual case is a later one.
+            earlier = not heap or probe.ends_at < heap[0][0]
+            heapq.heappush(heap, (probe.ends_at, next(self._order), probe))
+            if earlier:
+                self._cond.notify()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._heap.clear()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        heap = self._heap
+        with self._cond:
+            while not self._stopped:
+                now = time.monotonic()
+                while heap and (heap[0][2].done or heap[0][0] <= now):
+                    probe = heapq.heappop(heap)[2]
+                    if not probe.done:
+                        probe.cut()
+                self._cond.wait(heap[0][0] - now if heap else None)
+
+
+#: The probe the current thread runs (the connection classes attach to it).
 _running = threading.local()
 
 
 def _current() -> _Probe | None:
     probe: _Probe | None = getattr(_running, "probe", None)
+    return probe
+
+
+def _probe_here() -> _Probe:
+    probe = _current()
+    if probe is None:  # the adapter is the prober's own: only _exchange calls it
+        raise RuntimeError("no probe runs in this thread")
     return probe
 
 
@@ -294,15 +379,18 @@ class TLSContexts:
 
 
 class _Adapter(HTTPAdapter):
-    """requests' adapter with the probe's TLS context and serverName, and cut-off sockets.
+    """requests' adapter with the probe's pool, TLS context and serverName, and cut-off sockets.
 
-    Every https pool gets the probe's :class:`ssl.SSLContext` and, with a serverName, that
-    name as ``server_hostname`` (SNI and the name OpenSSL checks); both are part of
-    urllib3's pool key, so a rotated context or another cluster's name gets its own pools.
+    Only :meth:`PatroniProber._exchange` sends through it, for the probe of its thread, whose
+    URL is already checked and parsed: the pool comes from that (no proxy is ever looked up,
+    nor the URL parsed again). Every https pool gets the probe's :class:`ssl.SSLContext` and,
+    with a serverName, that name as ``server_hostname`` (SNI and the name OpenSSL checks);
+    both are part of urllib3's pool key, so a rotated context or another cluster's name gets
+    its own pools.
     """
 
     def __init__(self) -> None:
-        super().__init__(pool_connections=_POOLS, pool_maxsize=2, max_retries=0)
+        super().__init__(pool_connections=_POOLS, pool_maxsize=_POOL_SIZE, max_retries=0)
 
     def init_poolmanager(
         self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any
@@ -310,19 +398,48 @@ class _Adapter(HTTPAdapter):
         super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
         self.poolmanager.pool_classes_by_scheme = {"http": _Pool, "https": _TLSPool}
 
-    def build_connection_pool_key_attributes(
-        self, request: requests.PreparedRequest, verify: Any, cert: Any = None
-    ) -> tuple[Any, Any]:
-        host_params, pool_kwargs = super().build_connection_pool_key_attributes(
-            request, verify, cert
-        )
-        probe = _current()
-        if host_params.get("scheme") != "https" or probe is None:
-            return host_params, pool_kwargs
+    def get_connection_with_tls_context(
+        self,
+        request: requests.PreparedRequest,
+        verify: Any,
+        proxies: Mapping[str, str] | None = None,
+        cert: Any = None,
+    ) -> HTTPConnectionPool:
+        probe = _probe_here()
+        url = probe.url
+        if url is None or url.host is None:
+            raise RuntimeError("the probe's URL was not checked")
+        host = url.host.removeprefix("[").removesuffix("]")
+        pool: HTTPConnectionPool
+        if url.scheme != "https":
+            pool = self.poolmanager.connection_from_host(host, url.port, "http")
+            return pool
         tls: dict[str, Any] = {"ssl_context": probe.context, "cert_reqs": "CERT_REQUIRED"}
         if probe.target.server_name:
             tls["server_hostname"] = probe.target.server_name
-        return host_params, tls
+        pool = self.poolmanager.connection_from_host(host, url.port, "https", pool_kwargs=tls)
+        return pool
+
+    def request_url(self, request: requests.PreparedRequest, proxies: Any) -> str:
+        """The path: never a proxy (requests' own looks one up in ``proxies``)."""
+        url = _probe_here().url
+        return url.path if url is not None and url.path else "/"
+
+    def build_response(self, req: requests.PreparedRequest, resp: Any) -> requests.Response:
+        """The status and the raw urllib3 response, which the prober reads itself.
+
+        requests' own also copies the headers into a dict of its own, works out a text
+        encoding and extracts cookies into a jar: none of which the prober uses (it reads
+        ``raw.headers``), and the cookies must never be kept anyway.
+        """
+        response = requests.Response()
+        response.status_code = resp.status
+        response.raw = resp
+        response.reason = resp.reason
+        response.url = req.url or ""
+        response.request = req
+        response.connection = self
+        return response
 
     def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
         """Nothing per connection: the context holds the CA bundle and client certificate.
@@ -330,31 +447,6 @@ class _Adapter(HTTPAdapter):
         requests' own would set a CA file on the pool (its certifi bundle at least), which
         urllib3 then loads into the shared context for every connection.
         """
-
-
-class _Session(requests.Session):
-    """A Session that never looks at a redirect.
-
-    With ``allow_redirects=False`` requests still works out where a 3xx would go (for
-    ``Response.next``) and reads the whole body to do so, whatever its size: here a
-    redirect has no target, so the body is read like any other, capped.
-    """
-
-    def get_redirect_target(self, resp: requests.Response) -> str | None:
-        return None
-
-
-def _session() -> requests.Session:
-    session = _Session()
-    session.trust_env = False  # no proxies, netrc or REQUESTS_CA_BUNDLE from the environment
-    session.headers.clear()
-    session.headers.update(_HEADERS)
-    # A member's Set-Cookie must never travel to another member.
-    session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
-    adapter = _Adapter()
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
 
 
 # ------------------------------------------------------------------------ the prober
@@ -375,15 +467,16 @@ os.register_at_fork(after_in_child=_after_fork)
 @dataclass(frozen=True, slots=True)
 class _Pools:
     executor: ThreadPoolExecutor
-    session: requests.Session
+    adapter: _Adapter
+    cutter: _Cutter
 
 
 class PatroniProber:
     """Concurrent, bounded probes through :mod:`requests` in a thread pool.
 
     The defaults are :class:`~hooks.config.HookSettings`' (the operator's ``PGFH_*``).
-    Any number of request threads may call :meth:`probe` at once; the pool and the
-    Session are made on first use in the process that uses them (gunicorn forks).
+    Any number of request threads may call :meth:`probe` at once; the pool, the cutter
+    and the adapter are made on first use in the process that uses them (gunicorn forks).
 
     :param deadline: the bound of one whole round, in seconds.
     :param max_body_bytes: the largest body read from a member (Patroni's is ~1 KiB).
@@ -392,9 +485,10 @@ class PatroniProber:
         one, only the shape of each target is checked.
     :param tls: CA bundle and client certificate for ``https`` members (see
         :class:`TLSContexts`).
-    :param threads: the most probes in flight at once in this process. Each holds its
-        thread one deadline at most, so 256 lets 16 request threads probe 16 members
-        each at the same time; threads are started only when that many are needed.
+    :param threads: the most pool probes in flight at once in this process. Each holds its
+        thread one deadline at most, so 256 lets 16 request threads probe 17 members
+        each at the same time (the first in the request thread); threads are started only
+        when that many are needed.
     """
 
     def __init__(
@@ -444,7 +538,8 @@ class PatroniProber:
             pools, self._pools = self._pools, None
         if pools is not None:
             pools.executor.shutdown(wait=False, cancel_futures=True)
-            pools.session.close()
+            pools.cutter.stop()
+            pools.adapter.close()
 
     def _forget(self) -> None:
         # In a forked child: the parent's threads are gone and its lock may be held.
@@ -459,7 +554,8 @@ class PatroniProber:
             if self._pools is None:
                 self._pools = _Pools(
                     ThreadPoolExecutor(self.threads, thread_name_prefix="patroni-probe"),
-                    _session(),
+                    _Adapter(),
+                    _Cutter(),
                 )
             return self._pools
 
@@ -480,23 +576,34 @@ class PatroniProber:
     # ------------------------------------------------------------------ the round
 
     def _round(self, targets: Sequence[ProbeTarget], ends_at: float) -> dict[str, MemberStatus]:
+        running: dict[str, tuple[_Probe, Future[MemberStatus]]] = {}
         try:
-            executor = self._pools_here().executor
-            running: dict[str, tuple[_Probe, Future[MemberStatus]]] = {}
-            for target in targets:
+            pools = self._pools_here()
+            first, *rest = targets
+            for target in rest:
                 probe = _Probe(target, ends_at)
                 context = contextvars.copy_context()  # log fields follow the probe's thread
-                running[target.pod] = (probe, executor.submit(context.run, self._ask, probe))
-            futures = [future for _, future in running.values()]
-            wait(futures, timeout=max(0.0, ends_at - time.monotonic()))
-            late = [(probe, future) for probe, future in running.values() if not future.done()]
-            for probe, future in late:
-                future.cancel()
-                probe.cut()
-            if late:
-                wait([future for _, future in late], timeout=_GRACE)
-            return {pod: self._result(pod, future) for pod, (_, future) in running.items()}
+                future = pools.executor.submit(context.run, self._ask, probe)
+                running[target.pod] = (probe, future)
+            # The first member in this thread, meanwhile; the cutter ends it at the deadline.
+            here = _Probe(first, ends_at)
+            pools.cutter.watch(here)
+            statuses = {first.pod: self._ask(here)}
+            if running:
+                futures = [future for _, future in running.values()]
+                wait(futures, timeout=max(0.0, ends_at - time.monotonic()))
+                late = [(p, future) for p, future in running.values() if not future.done()]
+                for probe, future in late:
+                    future.cancel()
+                    probe.cut()
+                if late:
+                    wait([future for _, future in late], timeout=_GRACE)
+                for pod, (_, future) in running.items():
+                    statuses[pod] = self._result(pod, future)
+            return {target.pod: statuses[target.pod] for target in targets}
         except Exception as error:  # a bug or the OS out of resources: no member is known
+            for probe, _ in running.values():
+                probe.cut()
             return {
                 target.pod: MemberStatus.unknown(target.pod, describe_failure(error, target))
                 for target in targets
@@ -508,7 +615,7 @@ class PatroniProber:
         return MemberStatus.unknown(pod, self._late)
 
     def _ask(self, probe: _Probe) -> MemberStatus:
-        """One member's probe, in a pool thread; never raises."""
+        """One member's probe, in a pool thread or the round's own; never raises."""
         target = probe.target
         if probe.cut_off:
             return MemberStatus.unknown(target.pod, self._late)
@@ -539,17 +646,17 @@ class PatroniProber:
         refused, url, request = self._check(target.url)
         if url is None or request is None:
             return MemberStatus.unknown(target.pod, refused or "refused")
+        probe.url = url
         if url.scheme == "https":
             probe.context = self.contexts.context()
         remaining = probe.ends_at - time.monotonic()
         if remaining <= 0:
             return MemberStatus.unknown(target.pod, self._late)
-        session = self._pools_here().session
-        response = session.send(
-            request.copy(),
-            timeout=(min(target.connect_timeout, remaining), min(target.read_timeout, remaining)),
-            allow_redirects=False,
+        # The adapter only reads the prepared GET: every probe of the URL sends the same one.
+        response = self._pools_here().adapter.send(
+            request,
             stream=True,
+            timeout=(min(target.connect_timeout, remaining), min(target.read_timeout, remaining)),
         )
         try:
             answered[0] = True
@@ -587,7 +694,7 @@ class PatroniProber:
     def _check(self, url: str) -> tuple[str | None, Url | None, requests.PreparedRequest | None]:
         # The same members are probed every second: remember each URL's verdict (the
         # policy is fixed for this prober; the check is pure) and its prepared GET
-        # (preparing one is a fifth of a probe's CPU; each probe sends a copy).
+        # (preparing one is a fifth of a probe's CPU).
         checked = self._checked.get(url)
         if checked is None:
             refused, parsed = _checked(url, self.policy)

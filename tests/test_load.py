@@ -115,3 +115,24 @@ def test_the_stage_split_runs_the_real_app() -> None:
     assert "| **the pod in all**" in table and "| ↳ probe round |" in table
     assert "| not in any of the above (gunicorn) |" in table
     assert "'ok'" in table and "WRONG" not in table
+
+
+def test_the_probe_round_benchmark_prints_every_row_with_a_ratio() -> None:
+    # bench.rounds shortened, the prober beside itself (the --against path): every round
+    # is checked by the benchmark (one leader found, every TLS member answered), so a
+    # broken round raises; only the table's shape is asserted here.
+    from bench.rounds import Prober
+    from bench.rounds import measure as rounds_measure
+    from hooks import patroni
+
+    table = rounds_measure([Prober("a", patroni), Prober("b", patroni)], samples=5)
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    names = [row.split(" | ")[0].removeprefix("| ") for row in rows[1:]]
+    assert [n for n in names if not n.startswith("…")] == [
+        "3 healthy members: CPU ms per round, p50",
+        "a hung member (first), deadline 0.5 s: wall ms, p50 of 5",
+        "a hung member (last), deadline 0.5 s: wall ms, p50 of 5",
+        "3 mTLS members: CPU ms per round, p50",
+    ]
+    hung = [float(cell) for row in rows if "hung member" in row for cell in row.split(" | ")[1:3]]
+    assert all(500 <= wall < 2000 for wall in hung), hung

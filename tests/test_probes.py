@@ -9,6 +9,7 @@ benchmarks; deadlines are kept at 0.5-1.0 s so the module stays fast.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import signal
@@ -17,6 +18,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from dataclasses import replace
 
 import pytest
@@ -471,6 +473,32 @@ def test_many_threads_can_probe_at_once(real_prober: PatroniProber, member: Make
     assert sum(f.connections for f in members) == 24
 
 
+def test_probes_of_one_member_from_many_threads_at_once_log_nothing(
+    real_prober: PatroniProber, member: MakeMember, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 16 request threads of a worker syncing clusters that share a member (or one cluster,
+    # in a benchmark): urllib3 would log "Connection pool is full" for every probe past
+    # the pool's size, a line per probe at WARNING.
+    leader = member(fakes.LEADER)
+    barrier = threading.Barrier(16, timeout=5.0)
+    results: list[MemberStatus] = []
+
+    def run() -> None:
+        barrier.wait()
+        for _ in range(3):
+            results.append(real_prober.probe([target(leader)])["pg-0"])
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(16)]
+    with caplog.at_level(logging.DEBUG, logger="urllib3"):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10.0)
+    assert len(results) == 48 and all(status.is_leader for status in results)
+    assert leader.connections == 48
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_a_forked_child_probes_with_the_parents_prober(
     real_prober: PatroniProber, member: MakeMember
@@ -503,6 +531,57 @@ def test_a_forked_child_probes_with_the_parents_prober(
         os.waitpid(pid, 0)
     assert answer == "leader|HTTP 200 on /primary: primary, running"
     assert leader.connections == 2
+
+
+def _record_requests(
+    listener: socket.socket, answer: bytes, heads: list[bytes], count: int
+) -> None:
+    """Serve ``count`` connections: keep each request head, send ``answer``, close (bounded)."""
+    listener.settimeout(5.0)
+    for _ in range(count):
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        with conn, suppress(OSError):
+            conn.settimeout(5.0)
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) < 65536:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                head += chunk
+            heads.append(head)
+            conn.sendall(answer)
+
+
+def test_a_members_cookie_never_travels_to_another_member(
+    real_prober: PatroniProber, member: MakeMember
+) -> None:
+    # The member that sets it and the next one share an address (cookies ignore the port).
+    cookie = HEAD + b"Set-Cookie: session=pg-0-secret; Path=/\r\n\r\n" + LEADER_JSON
+    setter = member(fakes.raw(cookie), name="pg-0")
+    listener = socket.create_server(("127.0.0.1", 0))
+    heads: list[bytes] = []
+    answer = HEAD + b"\r\n" + LEADER_JSON
+    server = threading.Thread(target=_record_requests, args=(listener, answer, heads, 2))
+    server.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/primary"
+    try:
+        # Negative control: a Session's cookie jar takes it along to the other member.
+        with requests.Session() as session:
+            session.trust_env = False
+            session.get(setter.url(), timeout=1.0)
+            session.get(url, timeout=1.0)
+        first = real_prober.probe([target(setter)])["pg-0"]
+        second = real_prober.probe([ProbeTarget("pg-1", url, 0.5, 1.0)])["pg-1"]
+    finally:
+        server.join(6.0)
+        listener.close()
+    assert first.is_leader and second.is_leader, (first.reason, second.reason)
+    assert len(heads) == 2
+    assert b"cookie: session=pg-0-secret" in heads[0].lower()
+    assert b"GET /primary" in heads[1] and b"cookie" not in heads[1].lower()
 
 
 def test_no_targets_no_round(real_prober: PatroniProber) -> None:
