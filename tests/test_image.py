@@ -39,13 +39,13 @@ from standin.image import (
     working_container,
 )
 from standin.image_build import (
+    IMAGE_REPOSITORY,
+    KEEP_IMAGES,
     BaseRecipe,
     Built,
     build_inputs,
     ensure_base,
     ensure_image,
-    IMAGE_REPOSITORY,
-    KEEP_IMAGES,
     image_exists,
     image_key,
     images_to_prune,
@@ -111,9 +111,7 @@ def test_the_image_key_covers_every_build_input(tmp_path: Path) -> None:
 def test_older_test_images_are_pruned_and_nothing_else() -> None:
     """Every change of hooks/ builds an image of ~370 MB: all but the newest few go."""
     listing = json.dumps(
-        [
-            {"names": [f"{IMAGE_REPOSITORY}:old{n}"], "created": 1000 + n} for n in range(5)
-        ]
+        [{"names": [f"{IMAGE_REPOSITORY}:old{n}"], "created": 1000 + n} for n in range(5)]
         + [
             {"names": ["localhost/pgfh-standin-base:k"], "created": 1},
             {"names": [f"{IMAGE_REPOSITORY}-other:x"], "created": 2},
