@@ -85,4 +85,4 @@ EXPOSE 8080
 # Exec form: gunicorn is PID 1 and receives SIGTERM directly. Bind address, workers/threads
 # (GUNICORN_WORKERS, GUNICORN_THREADS), graceful_timeout and worker_tmp_dir come from the
 # config module shipped in the package.
-ENTRYPOINT ["gunicorn", "-c", "python:hooks.gunicorn_conf", "hooks.app:create_app()"]
+ENTRYPOINT ["gunicorn", "-c", "python:hooks.shell.gunicorn_conf", "hooks.shell.app:create_app()"]

@@ -5,15 +5,15 @@ so every rule can be tested with plain dicts. The rules, in the order they prote
 production (see the design card):
 
 1. A reply lists every observed child, except while the parent is being finalized:
-   Metacontroller deletes whatever a reply leaves out (:mod:`hooks.keeping`).
+   Metacontroller deletes whatever a reply leaves out (:mod:`hooks.core.keeping`).
 2. The Service moves only to a member that Patroni itself reports as the running
    leader, when exactly one member claims leadership and the leader's Pod is
-   selectable and not terminating (:func:`hooks.routing.choose_leader`). Anything
+   selectable and not terminating (:func:`hooks.core.routing.choose_leader`). Anything
    else keeps the observed selector, says why in a condition, and asks for a fast
    resync. How many members answered is reported (``MembersReachable``), not voted on.
 3. The status holds nothing that changes on every sync (no probe times, no WAL
    positions), and a condition's ``lastTransitionTime`` moves only when its status
-   does (:func:`hooks.conditions.stamped`), so Metacontroller's status write converges.
+   does (:func:`hooks.core.conditions.stamped`), so Metacontroller's status write converges.
 
 What the reply holds besides the hook's own status comes from the child parts
 (:mod:`hooks.parts`): the primary Service, the read-only Service, the backup CronJob.
@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from hooks import parts, switchover
-from hooks.conditions import (
+from hooks import parts
+from hooks.core import switchover
+from hooks.core.conditions import (
     CONDITION_MEMBERS,
     CONDITION_NAME_GUARD,
     CONDITION_READY,
@@ -42,37 +43,14 @@ from hooks.conditions import (
     previous_conditions,
     stamped,
 )
-from hooks.keeping import Keep, keeper
-from hooks.members import MemberStatus
-from hooks.model import ClusterSpec, Condition, ResyncTiming, SyncRequest
+from hooks.core.keeping import Keep, keeper
+from hooks.core.outcome import SyncOutcome
+from hooks.core.probing import members_of
+from hooks.core.routing import Decision, Route, choose_leader, leader_timeline
+from hooks.domain.members import MemberStatus
+from hooks.domain.model import ClusterSpec, Condition, ResyncTiming, SyncRequest
 from hooks.parts.base import PartContext
 from hooks.parts.primary import keeping_phrase, observed_primary
-from hooks.probing import members_of
-from hooks.routing import Decision, Route, choose_leader, leader_timeline
-
-
-@dataclass(frozen=True, slots=True)
-class SyncOutcome:
-    """The reply body plus what the app needs for logs, metrics and Events."""
-
-    body: dict[str, Any]
-    decision: Decision
-    message: str
-    #: The pod the primary Service selected before this reply, and selects after it.
-    previous_primary: str | None
-    primary: str | None
-    #: The Ready condition's reason before this reply (from the parent's status).
-    previous_reason: str | None = None
-
-    @property
-    def transition(self) -> bool:
-        """Whether the decision differs from the one the parent's status records."""
-        return self.decision.value != self.previous_reason
-
-    @property
-    def primary_changed(self) -> bool:
-        """Whether this reply moves the Service to another pod."""
-        return self.primary != self.previous_primary and self.decision is Decision.ROUTED
 
 
 def reconcile(

@@ -12,10 +12,10 @@ import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from hooks.members import MemberStatus
-from hooks.model import CRONJOB_KEY, ENDPOINTSLICE_KEY, JOB_KEY
+from hooks.core.outcome import SyncOutcome
+from hooks.domain.members import MemberStatus
+from hooks.domain.model import CRONJOB_KEY, ENDPOINTSLICE_KEY, JOB_KEY
 from hooks.parts import readonly_objects
-from hooks.sync import SyncOutcome
 from standin.apply import World, apply_reply
 from tests.helpers import (
     CLUSTER,
@@ -159,7 +159,7 @@ def listed_slice(names: Iterable[str], service: str = READ_ONLY) -> dict[str, An
 
 def read_only_service(name: str = READ_ONLY) -> dict[str, Any]:
     """An observed read-only Service, as the hook created it with the seed spec."""
-    from hooks.schemas import load_spec
+    from hooks.loaders.schemas import load_spec
 
     spec, _ = load_spec(rs_spec(name=name))
     assert spec is not None and spec.replica_service is not None

@@ -9,13 +9,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hooks.config import AuthSettings
-from hooks.envelope import load_sync_request
-from hooks.members import MemberStatus, ProbeTarget
-from hooks.model import ResyncTiming, SyncRequest
-from hooks.probing import probe_targets
-from hooks.switchover import spread_resync
-from hooks.sync import SyncOutcome, reconcile
+from hooks.core.outcome import SyncOutcome
+from hooks.core.probing import probe_targets
+from hooks.core.switchover import spread_resync
+from hooks.domain.members import MemberStatus, ProbeTarget
+from hooks.domain.model import ResyncTiming, SyncRequest
+from hooks.loaders.envelope import load_sync_request
+from hooks.shell.config import AuthSettings
+from hooks.sync import reconcile
 from tests.patroni_wire import patroni_body
 
 #: For tests of what the hook answers, not of who may ask: the app's default requires a
@@ -38,7 +39,7 @@ def polled(body: dict[str, Any]) -> dict[str, Any]:
 
     The recorded fixtures come from a Kubernetes-DCS cluster, whose member Pods carry
     Patroni's ``role`` label and ``status`` annotation; with both agreeing with Patroni,
-    the hook asks for the long event-driven resync (hooks/switchover.py). A test of a
+    the hook asks for the long event-driven resync (hooks/core/switchover.py). A test of a
     polled cluster's resync or status strips them here (in place; returns ``body``).
     """
     for pod in body.get("related", {}).get("Pod.v1", {}).values():

@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 
-from hooks.keeping import preserved
-from hooks.model import BACKUP_OF_LABEL, CRONJOB_KEY, LAST_APPLIED_ANNOTATION
+from hooks.core.keeping import preserved
+from hooks.core.routing import Decision
+from hooks.domain.model import BACKUP_OF_LABEL, CRONJOB_KEY, LAST_APPLIED_ANNOTATION
+from hooks.loaders.schemas import load_spec
 from hooks.parts import backup, backup_cronjob
-from hooks.routing import Decision
-from hooks.schemas import load_spec
 from tests.child_helpers import (
     backup_fields,
     children_of,

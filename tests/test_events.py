@@ -20,14 +20,15 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from hooks.app import create_app
-from hooks.cluster_event import event_for
-from hooks.config import HookSettings
-from hooks.envelope import load_sync_request
-from hooks.events import EventEmitter
-from hooks.model import ResyncTiming, SyncRequest
-from hooks.routing import Decision
-from hooks.sync import SyncOutcome, reconcile
+from hooks.core.cluster_event import event_for
+from hooks.core.outcome import SyncOutcome
+from hooks.core.routing import Decision
+from hooks.domain.model import ResyncTiming, SyncRequest
+from hooks.loaders.envelope import load_sync_request
+from hooks.shell.app import create_app
+from hooks.shell.config import HookSettings
+from hooks.shell.events import EventEmitter
+from hooks.sync import reconcile
 from tests.helpers import NO_AUTH, NOW, FakeProber, fixture, leader, replica
 
 

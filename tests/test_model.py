@@ -1,9 +1,9 @@
-"""Unit tests of what :mod:`hooks.model` carries beyond plain fields.
+"""Unit tests of what :mod:`hooks.domain.model` carries beyond plain fields.
 
 The dataclasses are exercised through every other test; tested here are the
-:class:`~hooks.model.Condition` value (read back from a parent's untrusted status,
+:class:`~hooks.domain.model.Condition` value (read back from a parent's untrusted status,
 written with a ``lastTransitionTime`` that moves only with ``status``) and the one
-source of each spec default (:func:`~hooks.model.field_default`, read by the loaders).
+source of each spec default (:func:`~hooks.domain.model.field_default`, read by the loaders).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hooks.model import (
+from hooks.domain.model import (
     CONDITION_STATUSES,
     BackupSpec,
     ClusterSpec,
@@ -22,7 +22,7 @@ from hooks.model import (
     SwitchoverSpec,
     field_default,
 )
-from hooks.schemas import load_spec
+from hooks.loaders.schemas import load_spec
 
 STAMP = "2026-11-30T21:00:00Z"
 EARLIER = "2026-11-29T08:15:00Z"

@@ -31,9 +31,9 @@ from devcluster.kubernetes_dcs import (
     grant_patroni_rights,
 )
 from devcluster.layout import ETCD_CLIENT_PORT
-from hooks.members import MemberStatus
-from hooks.schemas import load_spec
-from hooks.switchover import Detection, DetectionReason, detect
+from hooks.core.switchover import Detection, DetectionReason, detect
+from hooks.domain.members import MemberStatus
+from hooks.loaders.schemas import load_spec
 from standin.harness import PRIMARY_SELECTOR
 
 SCOPE = "pg-orders"

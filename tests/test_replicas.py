@@ -28,13 +28,13 @@ from typing import Any
 
 import pytest
 
-from hooks.keeping import preserved
-from hooks.members import MemberStatus
-from hooks.model import ENDPOINTSLICE_KEY, LAST_APPLIED_ANNOTATION
+from hooks.core.keeping import preserved
+from hooks.core.routing import Decision
+from hooks.domain.members import MemberStatus
+from hooks.domain.model import ENDPOINTSLICE_KEY, LAST_APPLIED_ANNOTATION
+from hooks.loaders.schemas import load_spec
 from hooks.parts.primary import desired_service
 from hooks.parts.readonly import classify, format_bytes
-from hooks.routing import Decision
-from hooks.schemas import load_spec
 from tests.child_helpers import (
     LEADER_AT,
     MIB,
@@ -727,7 +727,7 @@ def test_without_replica_service_and_objects_there_is_no_condition() -> None:
         "MembersReachable",
         "MemberNameGuard",
         "SpecValid",
-        "SwitchoverDetection",  # always there in a routed reply (hooks/switchover.py)
+        "SwitchoverDetection",  # always there in a routed reply (hooks/core/switchover.py)
     ]
     assert "replicaService" not in outcome.body["status"]
 

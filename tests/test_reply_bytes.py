@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from hooks.app import create_app
-from hooks.config import HookSettings
-from hooks.members import MemberStatus
+from hooks.domain.members import MemberStatus
+from hooks.shell.app import create_app
+from hooks.shell.config import HookSettings
 from standin.apply import World, apply_reply, check_reply
 from tests.child_helpers import READ_ONLY, answer, backup_fields
 from tests.helpers import NO_AUTH, NOW, P0, P1, P2, FakeProber, down

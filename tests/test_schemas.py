@@ -1,4 +1,4 @@
-"""Unit tests of request and spec validation (:mod:`hooks.schemas`).
+"""Unit tests of request and spec validation (:mod:`hooks.loaders.schemas`).
 
 Test design notes
 -----------------
@@ -29,15 +29,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from marshmallow import ValidationError
 
-from hooks.envelope import (
+from hooks.domain.model import LEADER_PATHS, ClusterSpec, ServicePort, SpecProblem
+from hooks.loaders.envelope import (
     RequestError,
     SyncEnvelopeSchema,
     check_sync_envelope,
     load_customize_request,
     load_sync_request,
 )
-from hooks.model import LEADER_PATHS, ClusterSpec, ServicePort, SpecProblem
-from hooks.schemas import load_spec
+from hooks.loaders.schemas import load_spec
 from tests.helpers import (
     CLUSTER,
     INVALID_SPECS,

@@ -1,4 +1,4 @@
-"""Switchover detection per cluster (:mod:`hooks.switchover`), with plain dicts only.
+"""Switchover detection per cluster (:mod:`hooks.core.switchover`), with plain dicts only.
 
 Every case takes the app's path minus HTTP (load → plan → fake probes → reconcile), so
 the mode, the condition and ``resyncAfterSeconds`` are those of a real reply. ``TIMING``
@@ -19,18 +19,18 @@ from typing import Any
 
 import pytest
 
-from hooks.members import MemberStatus
-from hooks.model import (
+from hooks.core.outcome import SyncOutcome
+from hooks.core.routing import Decision
+from hooks.core.switchover import Detection, detect
+from hooks.domain.members import MemberStatus
+from hooks.domain.model import (
     MAX_POLL_SECONDS,
     MIN_POLL_SECONDS,
     ResyncTiming,
     RoleLabelSpec,
     SwitchoverSpec,
 )
-from hooks.routing import Decision
-from hooks.schemas import load_spec
-from hooks.switchover import Detection, detect
-from hooks.sync import SyncOutcome
+from hooks.loaders.schemas import load_spec
 from tests.helpers import (
     CLUSTER,
     NOW,

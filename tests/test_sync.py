@@ -38,14 +38,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hooks.envelope import load_sync_request
-from hooks.keeping import preserved
-from hooks.members import MemberStatus, ProbeTarget
-from hooks.model import LAST_APPLIED_ANNOTATION, LEADER_PATHS, ResyncTiming
-from hooks.probing import probe_targets
-from hooks.routing import Decision
-from hooks.switchover import spread_resync
-from hooks.sync import SyncOutcome, reconcile
+from hooks.core.keeping import preserved
+from hooks.core.outcome import SyncOutcome
+from hooks.core.probing import probe_targets
+from hooks.core.routing import Decision
+from hooks.core.switchover import spread_resync
+from hooks.domain.members import MemberStatus, ProbeTarget
+from hooks.domain.model import LAST_APPLIED_ANNOTATION, LEADER_PATHS, ResyncTiming
+from hooks.loaders.envelope import load_sync_request
+from hooks.sync import reconcile
 from tests.doubts import DOUBT_IDS, DOUBTS, Doubt
 from tests.helpers import (
     CLUSTER,
@@ -2002,7 +2003,7 @@ def test_kept_read_only_services_slices_and_cronjobs_are_what_they_were_observed
 
 # ========================================== phase-spread healthy resyncs (issue 11)
 # After a Metacontroller restart every parent is synced at once; each healthy resync
-# lands the parent's next sync on a slot of its own (hooks.switchover.spread_resync), so
+# lands the parent's next sync on a slot of its own (hooks.core.switchover.spread_resync), so
 # the fleet spreads over one period instead of staying in one clump.
 
 UIDS = [f"0f0e0d0c-0000-4000-8000-{i:012d}" for i in range(1000)]

@@ -2,13 +2,13 @@
 
 A reader who follows one sync request through the code goes where the code goes. So the
 number of moves between modules is a measure of how readable the path is: every move is a
-file to open, every return to a module already left is a file opened again. The layered folders and the
-typed observed state set out to halve it (CONTRIBUTING.md, "Following one sync", has the figures before and
-after and this command)::
+file to open, every return to a module already left is a file opened again. The layered
+folders and the typed observed state set out to halve it (CONTRIBUTING.md, "Following one
+sync", has the figures before and after and this command)::
 
     .venv/bin/python -m tests.test_trace_moves
 
-traces :func:`hooks.handler.handle_sync` on the recorded request
+traces :func:`hooks.shell.handler.handle_sync` on the recorded request
 ``sync-service-selects-old-leader.json`` (the leader moved: every part plans) with
 ``sys.setprofile``: at every call and return, the module of the innermost frame that is in
 ``hooks/`` is where the reader is; a *stop* is a run of events in one module, a *move* the
@@ -35,8 +35,8 @@ from types import CodeType, FrameType
 from typing import Any
 
 import hooks
-from hooks.config import HookSettings
-from hooks.handler import Deps, handle_sync
+from hooks.shell.config import HookSettings
+from hooks.shell.handler import Deps, handle_sync
 from tests.child_helpers import answer
 from tests.helpers import NO_AUTH, NOW, P0, P1, P2, FakeProber, fixture
 
@@ -144,7 +144,7 @@ def test_one_sync_makes_no_more_moves_than_documented() -> None:
 
 def test_the_trace_sees_the_path_through_the_core() -> None:
     stops = set(trace_sync().stops)
-    assert {"hooks.handler", "hooks.sync"} <= stops, stops
+    assert {"hooks.shell.handler", "hooks.sync"} <= stops, stops
 
 
 if __name__ == "__main__":

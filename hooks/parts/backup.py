@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from hooks.keeping import labels_of
-from hooks.model import BACKUP_OF_LABEL, CRONJOB_KEY, ClusterSpec, Condition
+from hooks.core.keeping import labels_of
+from hooks.domain.model import BACKUP_OF_LABEL, CRONJOB_KEY, ClusterSpec, Condition
 from hooks.parts.backup_cronjob import cronjob_name, desired_cronjob
 from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from hooks.model import (
+from hooks.domain.model import (
     BACKUP_OF_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,

@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hooks import manifests
-from hooks.conditions import CONDITION_ROUTED
-from hooks.model import POD_NAME_LABEL, SERVICE_KEY, ClusterSpec, Condition, SyncRequest
+from hooks.core import manifests
+from hooks.core.conditions import CONDITION_ROUTED
+from hooks.core.routing import Decision, leader_timeline
+from hooks.domain.model import POD_NAME_LABEL, SERVICE_KEY, ClusterSpec, Condition, SyncRequest
 from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
 from hooks.parts.readonly_objects import is_read_only_service
-from hooks.routing import Decision, leader_timeline
 
 
 def plan(context: PartContext) -> PartPlan:

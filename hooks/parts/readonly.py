@@ -63,9 +63,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hooks.keeping import metadata_of
-from hooks.members import REPLICATION_STATE_SINCE, MemberStatus
-from hooks.model import ENDPOINTSLICE_KEY, ClusterSpec, Condition
+from hooks.core.keeping import metadata_of
+from hooks.core.probing import pod_ip
+from hooks.domain.members import REPLICATION_STATE_SINCE, MemberStatus
+from hooks.domain.model import ENDPOINTSLICE_KEY, ClusterSpec, Condition
 from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
 from hooks.parts.primary import primary_services
 from hooks.parts.readonly_objects import (
@@ -74,7 +75,6 @@ from hooks.parts.readonly_objects import (
     listed_now,
     slice_ports,
 )
-from hooks.probing import pod_ip
 
 CONDITION = "ReplicasRouted"
 

@@ -14,9 +14,9 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hooks import manifests
-from hooks.keeping import Keep, labels_of, last_applied, metadata_of
-from hooks.model import (
+from hooks.core import manifests
+from hooks.core.keeping import Keep, labels_of, last_applied, metadata_of
+from hooks.domain.model import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     READ_ONLY,

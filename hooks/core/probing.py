@@ -1,0 +1,119 @@
+"""Probe planning: which Patroni members one sync asks, and at which address.
+
+Only the Pod's own IP literal is ever probed (never a hostname, never an address taken
+from an annotation), on the spec's Patroni port and health path, and only where the
+hook's :class:`~hooks.core.policy.ProbePolicy` allows it. :mod:`hooks.patroni` sends the
+probes; this module only plans them.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hooks.core.policy import ProbePolicy, effective_address
+from hooks.domain.members import MemberStatus, ProbeTarget
+from hooks.domain.model import SpecProblem, SyncRequest
+
+
+def apply_policy(request: SyncRequest, policy: ProbePolicy) -> SyncRequest:
+    """The request as this hook's probe policy sees it: a spec it refuses is invalid.
+
+    A Patroni port the hook does not allow, or a primarySelector that matches more Pods
+    than the hook probes per request, makes the spec invalid *for this hook*: nothing is
+    probed, the observed Service is kept, and the SpecValid condition says why (the
+    same path as a spec the schema refuses, so there is one reply shape for "not now").
+    """
+    spec = request.spec
+    if spec is None or request.finalizing:
+        return request
+    problems = []
+    port = policy.port_problem(spec.patroni_port)
+    if port is not None:
+        problems.append(SpecProblem("spec.patroni.port", port))
+    members = policy.members_problem(len(request.pods))
+    if members is not None:
+        problems.append(SpecProblem("spec.primarySelector", members))
+    if not problems:
+        return request
+    return replace(request, spec=None, spec_problems=tuple(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class ProbePlan:
+    """What to probe, and the members that are answered without a probe."""
+
+    targets: tuple[ProbeTarget, ...] = ()
+    #: Pods whose address the policy refuses: unreachable, with the reason; nothing sent.
+    refused: Mapping[str, MemberStatus] = field(default_factory=dict)
+
+
+def plan_probes(request: SyncRequest, policy: ProbePolicy) -> ProbePlan:
+    """Which members to probe: every related Pod whose own IP the policy allows.
+
+    An address the policy refuses (loopback, link-local/metadata, outside the Pod
+    networks) becomes an unreachable member with the reason, and no packet is sent to it.
+    """
+    spec = request.spec
+    if spec is None or request.finalizing:
+        return ProbePlan()
+    targets = []
+    refused: dict[str, MemberStatus] = {}
+    for name in sorted(request.pods):
+        ip = pod_ip(request.pods[name])
+        if ip is None:
+            continue
+        problem = policy.address_problem(ip)
+        if problem is not None:
+            refused[name] = MemberStatus.unknown(name, problem)
+            continue
+        address = effective_address(ip)
+        host = f"[{address}]" if address.version == 6 else str(address)
+        url = f"{spec.patroni_scheme}://{host}:{spec.patroni_port}{spec.health_check_path}"
+        targets.append(
+            ProbeTarget(
+                pod=name,
+                url=url,
+                connect_timeout=spec.connect_timeout,
+                read_timeout=spec.read_timeout,
+                health_path=spec.health_check_path,
+                leader_roles=spec.leader_roles,
+                server_name=spec.patroni_server_name,
+            )
+        )
+    return ProbePlan(tuple(targets), refused)
+
+
+def probe_targets(request: SyncRequest, policy: ProbePolicy | None = None) -> list[ProbeTarget]:
+    """The targets of :func:`plan_probes` (the default policy if none is given)."""
+    return list(plan_probes(request, policy or ProbePolicy()).targets)
+
+
+def pod_ip(pod: Mapping[str, Any]) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The Pod's ``status.podIP`` if it is an IP literal, else ``None``."""
+    status = pod.get("status")
+    raw = status.get("podIP") if isinstance(status, Mapping) else None
+    if not isinstance(raw, str):
+        return None
+    try:
+        ip = ipaddress.ip_address(raw)
+    except ValueError:
+        return None
+    # A Pod IP never has an IPv6 zone, and a zone is free text: "::1%@evil.example:80#"
+    # parses as an address but would put a hostname into the probe URL.
+    if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
+        return None
+    return ip
+
+
+def members_of(
+    request: SyncRequest, probes: Mapping[str, MemberStatus]
+) -> tuple[MemberStatus, ...]:
+    """One answer per related Pod, by name: its probe's, else unreachable ("no pod IP")."""
+    return tuple(
+        probes.get(name) or MemberStatus.unknown(name, "no pod IP") for name in sorted(request.pods)
+    )
