@@ -40,7 +40,6 @@ from hooks.core.conditions import (
     kept,
     members_condition,
     name_guard_condition,
-    previous_conditions,
     stamped,
 )
 from hooks.core.keeping import Keep, keeper
@@ -48,7 +47,8 @@ from hooks.core.outcome import SyncOutcome
 from hooks.core.probing import members_of
 from hooks.core.routing import Decision, Route, choose_leader, leader_timeline
 from hooks.domain.members import MemberStatus
-from hooks.domain.model import ClusterSpec, Condition, ResyncTiming, SyncRequest
+from hooks.domain.model import ClusterSpec, Condition, ResyncTiming
+from hooks.domain.request import SyncRequest
 from hooks.parts.base import PartContext
 from hooks.parts.primary import keeping_phrase, observed_primary
 
@@ -67,9 +67,8 @@ def reconcile(
         outcome = _invalid_spec(request, now, timing)
     else:
         outcome = _route(request, request.spec, probes, now, timing)
-    ready = next((c for c in previous_conditions(request) if c["type"] == CONDITION_READY), {})
-    reason = ready.get("reason")
-    return replace(outcome, previous_reason=reason if isinstance(reason, str) else None)
+    ready = request.previous.ready
+    return replace(outcome, previous_reason=ready.reason if ready is not None else None)
 
 
 def _route(
@@ -218,16 +217,10 @@ def _generation(request: SyncRequest) -> dict[str, Any]:
 
 
 def _previous_status(request: SyncRequest) -> dict[str, Any]:
-    status = request.parent.get("status")
-    result = copy.deepcopy(dict(status)) if isinstance(status, Mapping) else {}
+    """The parent's status as it is (a copy of what was observed), with this generation."""
+    result = copy.deepcopy(dict(request.previous.raw))
     result.update(_generation(request))
     return result
-
-
-def _previous_timeline(request: SyncRequest) -> int | None:
-    status = request.parent.get("status")
-    value = status.get("timeline") if isinstance(status, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _members_status(
@@ -235,9 +228,7 @@ def _members_status(
 ) -> dict[str, Any]:
     """``status.timeline``, ``members`` and ``membersAnswered``: stable fields only."""
     status: dict[str, Any] = {}
-    timeline = (
-        leader_timeline(members, route.leader) if route.routed else _previous_timeline(request)
-    )
+    timeline = leader_timeline(members, route.leader) if route.routed else request.previous.timeline
     if timeline is not None:
         status["timeline"] = timeline
     status["members"] = [_member_status(m) for m in members]

@@ -24,6 +24,7 @@ from tests.helpers import (
     P1,
     P2,
     PARENT_UID,
+    loaded_pod,
     make_pod,
     member_ip,
     seed_spec,
@@ -149,7 +150,7 @@ def observed(*desired: Mapping[str, Any]) -> list[dict[str, Any]]:
 def listed_slice(names: Iterable[str], service: str = READ_ONLY) -> dict[str, Any]:
     """An observed IPv4 slice of ``service`` that lists ``names`` (at their usual IPs)."""
     endpoints = [
-        readonly_objects.endpoint(n, make_pod(n), _ip(member_ip(n)), NAMESPACE)
+        readonly_objects.endpoint(n, loaded_pod(make_pod(n)), _ip(member_ip(n)), NAMESPACE)
         for n in sorted(names)
     ]
     ports = [{"name": "postgresql", "port": 5432, "protocol": "TCP"}]

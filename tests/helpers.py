@@ -9,12 +9,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hooks.core import keeping
 from hooks.core.outcome import SyncOutcome
 from hooks.core.probing import probe_targets
 from hooks.core.switchover import spread_resync
 from hooks.domain.members import MemberStatus, ProbeTarget
-from hooks.domain.model import ResyncTiming, SyncRequest
+from hooks.domain.model import ResyncTiming
+from hooks.domain.observed import Child, Pod
+from hooks.domain.request import SyncRequest
 from hooks.loaders.envelope import load_sync_request
+from hooks.loaders.observed import load_child, load_pod, load_pods
 from hooks.shell.config import AuthSettings
 from hooks.sync import reconcile
 from tests.patroni_wire import patroni_body
@@ -80,6 +84,29 @@ class FakeProber:
             t.pod: self.answers.get(t.pod) or MemberStatus.unknown(t.pod, "connection refused")
             for t in targets
         }
+
+
+# ------------------------------------- raw objects as the loaders type them (hooks.loaders)
+
+
+def loaded_pod(raw: Mapping[str, Any]) -> Pod:
+    """A raw Pod as :mod:`hooks.loaders.observed` loads it (named by its own metadata)."""
+    return load_pod("Pod.v1", raw["metadata"]["name"], raw)
+
+
+def loaded_pods(raw: Mapping[str, Mapping[str, Any]]) -> dict[str, Pod]:
+    return load_pods("Pod.v1", raw)
+
+
+def loaded_child(raw: Mapping[str, Any], group: str | None = None) -> Child:
+    """A raw observed child as loaded under ``group`` (default: its own kind and apiVersion)."""
+    group = group or f"{raw.get('kind')}.{raw.get('apiVersion')}"
+    return load_child(group, raw["metadata"]["name"], raw)
+
+
+def preserved(raw: Mapping[str, Any], group: str | None = None) -> dict[str, Any]:
+    """:func:`hooks.core.keeping.preserved` of a raw observed child (see :func:`loaded_child`)."""
+    return keeping.preserved(loaded_child(raw, group))
 
 
 # ------------------------------------------------- the pipeline without HTTP (one copy)

@@ -28,7 +28,6 @@ from typing import Any
 
 import pytest
 
-from hooks.core.keeping import preserved
 from hooks.core.routing import Decision
 from hooks.domain.members import MemberStatus
 from hooks.domain.model import ENDPOINTSLICE_KEY, LAST_APPLIED_ANNOTATION
@@ -63,9 +62,11 @@ from tests.helpers import (
     SERVICE_NAME,
     down,
     fed_back,
+    loaded_pod,
     make_pod,
     make_service,
     member_ip,
+    preserved,
     run,
     seed_spec,
     without_resync,
@@ -1171,5 +1172,5 @@ def test_classify_gives_the_whole_verdict(
     spec_body["patroni"] = {"memberNameMustMatchPod": options.get("verify", True)}
     spec, problems = load_spec(spec_body)
     assert spec is not None, problems
-    got = classify(member, pod, address, _LEADER, LEADER_AT, spec)
+    got = classify(member, loaded_pod(pod), address, _LEADER, LEADER_AT, spec)
     assert (got.listed, got.reason, got.keepable) == verdict

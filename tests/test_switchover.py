@@ -43,6 +43,7 @@ from tests.helpers import (
     down,
     fixture,
     leader,
+    loaded_pods,
     make_pod,
     make_service,
     polled,
@@ -422,7 +423,7 @@ def test_detect_never_vouches_for_a_leader_it_cannot_check() -> None:
     missing, and a replica without an answer."""
     spec, _ = load_spec(seed_spec())
     assert spec is not None
-    pods = {p["metadata"]["name"]: p for p in k8s_dcs_pods(P0)}
+    pods = loaded_pods({p["metadata"]["name"]: p for p in k8s_dcs_pods(P0)})
     answers = healthy(P0)
     outsider = detect(pods, list(answers.values()), "pg-orders-9", spec)
     assert (outsider.detection, outsider.reason.value) == (Detection.POLLED, "NoConfirmedLeader")

@@ -38,7 +38,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hooks.core.keeping import preserved
 from hooks.core.outcome import SyncOutcome
 from hooks.core.probing import probe_targets
 from hooks.core.routing import Decision
@@ -71,6 +70,7 @@ from tests.helpers import (
     make_service,
     member_ip,
     polled,
+    preserved,
     replica,
     run,
     seed_spec,
@@ -1033,7 +1033,16 @@ def test_the_reply_shares_no_object_with_the_request(
     """Kept children and the kept status are copies: nothing done to the reply (or to the
     request) after reconcile can reach the other."""
     request, outcome = run(body, answers)
-    observed = _containers([request.parent, dict(request.services), dict(request.other_children)])
+    children = [*request.services.values()]
+    children += [c for group in request.other_children.values() for c in group.values()]
+    # The typed values keep the request's objects (read-only) and their last-applied records.
+    observed = _containers(
+        [
+            dict(request.previous.raw),
+            *(dict(c.raw) for c in children),
+            *(c.last_applied for c in children if c.last_applied is not None),
+        ]
+    )
     shared = set(_containers(outcome.body)) & set(observed)
     assert not shared, [observed[i] for i in shared]
 

@@ -14,10 +14,9 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hooks.core.conditions import CONDITION_READY, previous_conditions
 from hooks.core.outcome import SyncOutcome
 from hooks.core.routing import Decision
-from hooks.domain.model import SyncRequest
+from hooks.domain.request import SyncRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +47,10 @@ def event_for(request: SyncRequest, outcome: SyncOutcome) -> ClusterEvent | None
         note = outcome.message
     else:
         return None
-    metadata = request.parent.get("metadata", {})
-    uid = str(metadata.get("uid", ""))
-    previous = next((c for c in previous_conditions(request) if c["type"] == CONDITION_READY), {})
-    key = "|".join([uid, reason, str(outcome.primary), str(previous.get("lastTransitionTime", ""))])
+    uid = request.uid or ""
+    ready = request.previous.ready
+    since = ready.last_transition_time if ready is not None else None
+    key = "|".join([uid, reason, str(outcome.primary), since or ""])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return ClusterEvent(
         name=f"{request.name[:200]}.{digest}",
@@ -61,8 +60,8 @@ def event_for(request: SyncRequest, outcome: SyncOutcome) -> ClusterEvent | None
         action=action,
         note=note[:1000],
         regarding={
-            "apiVersion": str(request.parent.get("apiVersion", "adg.io/v1alpha1")),
-            "kind": str(request.parent.get("kind", "PostgreSQLCluster")),
+            "apiVersion": request.api_version,
+            "kind": request.kind,
             "name": request.name,
             "namespace": request.namespace,
             "uid": uid,

@@ -12,12 +12,13 @@ Pure: the clock is passed in.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from hooks.domain.members import MEMBER_NAME_SINCE, MemberStatus
-from hooks.domain.model import ClusterSpec, Condition, SyncRequest
+from hooks.domain.model import ClusterSpec, Condition
+from hooks.domain.request import SyncRequest
 
 CONDITION_READY = "Ready"
 CONDITION_ROUTED = "PrimaryRouted"
@@ -60,28 +61,45 @@ SPEC_ACCEPTED = Condition(CONDITION_SPEC, "True", SpecReason.ACCEPTED.value, "Th
 def stamped(
     request: SyncRequest, now: datetime, wanted: Iterable[Condition]
 ) -> list[dict[str, Any]]:
-    """``status.conditions``: a ``lastTransitionTime`` that moves only when ``status`` moves."""
-    previous = {c.get("type"): c for c in previous_conditions(request)}
+    """``status.conditions``: a ``lastTransitionTime`` that moves only when ``status`` moves.
+
+    The time of the last transition and the observed generation are not part of the
+    decision (a :class:`~hooks.domain.model.Condition`): they are added here, keeping the
+    previous condition's ``lastTransitionTime`` while its ``status`` stays the same, so
+    that Metacontroller's status write converges.
+    """
+    previous = request.previous.by_type
     aware = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
     stamp = aware.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return [c.as_status(stamp, previous.get(c.type), request.generation) for c in wanted]
+    generation = request.generation
+    entries = []
+    for condition in wanted:
+        before = previous.get(condition.type)
+        transition = stamp
+        if (
+            before is not None
+            and before.status == condition.status
+            and before.last_transition_time is not None
+        ):
+            transition = before.last_transition_time
+        entry: dict[str, Any] = {
+            "type": condition.type,
+            "status": condition.status,
+            "reason": condition.reason,
+            "message": condition.message,
+            "lastTransitionTime": transition,
+        }
+        if generation is not None:
+            entry["observedGeneration"] = generation
+        entries.append(entry)
+    return entries
 
 
 def kept(request: SyncRequest, types: Iterable[str]) -> list[Condition]:
     """The parent's conditions of these types, as they are (a finalize or an invalid spec)."""
-    previous = {c.get("type"): c for c in previous_conditions(request)}
-    found = (Condition.from_status(previous[t]) for t in types if t in previous)
+    previous = request.previous.by_type
+    found = (previous[t].condition for t in types if t in previous)
     return [c for c in found if c is not None]
-
-
-def previous_conditions(request: SyncRequest) -> list[Mapping[str, Any]]:
-    """The parent's conditions that have a string ``type`` (the status is free input:
-    anyone with write access to the status subresource can put anything there)."""
-    status = request.parent.get("status")
-    conditions = status.get("conditions") if isinstance(status, Mapping) else None
-    if not isinstance(conditions, list):
-        return []
-    return [c for c in conditions if isinstance(c, Mapping) and isinstance(c.get("type"), str)]
 
 
 def members_condition(members: Sequence[MemberStatus]) -> Condition:

@@ -6,25 +6,25 @@ does not (re)build a child itself it hands back :func:`preserved`: what was last
 identity the object *is* (the ``children`` group's GVK, the parent's namespace) and never a
 field the API server owns.
 
-Also the one place for the small readers every part uses on free-form objects
-(:func:`metadata_of`, :func:`labels_of`).
+The observed child is a :class:`~hooks.domain.observed.Child`: its last-applied record was
+parsed when the request was loaded, and its raw object (read-only) is what a record-less
+echo copies.
 
-Pure: plain mappings in, new dicts out; the observed object is never modified.
+Pure: typed values in, new dicts out; the observed object is never modified.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hooks.domain.model import LAST_APPLIED_ANNOTATION, SyncRequest
+from hooks.domain.model import LAST_APPLIED_ANNOTATION
+from hooks.domain.observed import Child, ServiceChild
+from hooks.domain.request import SyncRequest
 
-#: The GVK of the ``Service.v1`` group.
-SERVICE_GVK = ("v1", "Service")
 #: Echoes an observed child unchanged (see :func:`keeper`).
-Keep = Callable[[Mapping[str, Any]], dict[str, Any]]
+Keep = Callable[[Child], dict[str, Any]]
 
 #: Metadata the API server owns; echoing it back would be wrong or rejected.
 _SERVER_METADATA = frozenset(
@@ -55,30 +55,7 @@ _SERVER_SERVICE_SPEC = frozenset(
 )
 
 
-def metadata_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """``metadata`` of a free-form object, ``{}`` when it is not a mapping."""
-    metadata = (obj or {}).get("metadata")
-    return metadata if isinstance(metadata, Mapping) else {}
-
-
-def labels_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """``metadata.labels`` of a free-form object, ``{}`` when it is not a mapping."""
-    labels = metadata_of(obj).get("labels")
-    return labels if isinstance(labels, Mapping) else {}
-
-
-def annotations_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """``metadata.annotations`` of a free-form object, ``{}`` when it is not a mapping."""
-    annotations = metadata_of(obj).get("annotations")
-    return annotations if isinstance(annotations, Mapping) else {}
-
-
-def preserved(
-    observed: Mapping[str, Any],
-    *,
-    gvk: tuple[str, str] | None = None,
-    namespace: str | None = None,
-) -> dict[str, Any]:
+def preserved(observed: Child, *, namespace: str | None = None) -> dict[str, Any]:
     """An observed child, as a desired object that changes nothing when applied.
 
     The base is what we last asked for (Metacontroller records it in the
@@ -86,29 +63,29 @@ def preserved(
     selector is taken from the observed object itself, so even a selector someone
     edited by hand is kept exactly as it is while we are in doubt.
 
-    ``gvk`` (apiVersion, kind) and ``namespace`` are what the object *is*: the
+    The GVK (apiVersion, kind) and ``namespace`` are what the object *is*: the
     ``children`` group it was observed in and the parent's namespace. They win over
     whatever the object or its last-applied record says, because Metacontroller
     matches a reply's children to the observed ones by exactly these (plus the name),
     and deletes every observed child that no reply child matches. Nor does a Service
     ever carry fields the API server allocates (``clusterIP`` ...), whichever record
     it was rebuilt from.
+
+    The only reader of :attr:`~hooks.domain.observed.Child.raw`: a copy of it is the echo.
     """
-    base = last_applied(observed)
-    if base is None:
-        base = minimal_copy(observed)
+    applied = observed.last_applied
+    base = copy.deepcopy(dict(applied)) if applied is not None else minimal_copy(observed.raw)
+    gvk = group_gvk(observed.group)
     if gvk is not None:
         base["apiVersion"], base["kind"] = gvk
     if namespace is not None:
         base["metadata"]["namespace"] = namespace
     if base.get("kind") == "Service":
-        spec = observed.get("spec") if isinstance(observed.get("spec"), Mapping) else {}
-        assert isinstance(spec, Mapping)
-        selector = spec.get("selector")
+        selector = observed.selector if isinstance(observed, ServiceChild) else None
         base_spec = base.get("spec")
         base_spec = _without_server_fields(base_spec if isinstance(base_spec, dict) else {})
         base["spec"] = base_spec
-        if isinstance(selector, Mapping) and selector:
+        if selector:
             base_spec["selector"] = dict(selector)
         else:
             base_spec.pop("selector", None)
@@ -122,46 +99,12 @@ def group_gvk(group: str) -> tuple[str, str] | None:
 
 
 def keeper(request: SyncRequest) -> Keep:
-    """:func:`preserved` for this request's observed children, each as what it *is*.
+    """:func:`preserved` for this request's observed children, in the parent's namespace."""
 
-    An observed object is recognised by identity (the parts get the request's own
-    objects and hand them back through this function): its GVK is its ``children``
-    group's, its namespace the parent's.
-    """
-    gvks: dict[int, tuple[str, str] | None] = {
-        id(obj): SERVICE_GVK for obj in request.services.values()
-    }
-    for key, group in request.other_children.items():
-        gvk = group_gvk(key)
-        for obj in group.values():
-            gvks[id(obj)] = gvk
-
-    def keep(observed: Mapping[str, Any]) -> dict[str, Any]:
-        return preserved(observed, gvk=gvks.get(id(observed)), namespace=request.namespace)
+    def keep(observed: Child) -> dict[str, Any]:
+        return preserved(observed, namespace=request.namespace)
 
     return keep
-
-
-def last_applied(observed: Mapping[str, Any]) -> dict[str, Any] | None:
-    """What the hook last asked for (Metacontroller's record), if it is usable.
-
-    Usable: JSON, an object with a ``metadata`` object (and a ``spec`` object, if any),
-    for this very object (same ``apiVersion``, ``kind`` and name).
-    """
-    raw = annotations_of(observed).get(LAST_APPLIED_ANNOTATION)
-    if not isinstance(raw, str):
-        return None
-    try:
-        applied = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(applied, dict) or not isinstance(applied.get("metadata"), dict):
-        return None
-    if not isinstance(applied.get("spec", {}), dict):
-        return None
-    same_kind = all(applied.get(key) == observed.get(key) for key in ("apiVersion", "kind"))
-    same_name = applied["metadata"].get("name") == metadata_of(observed).get("name")
-    return applied if same_kind and same_name else None
 
 
 def minimal_copy(observed: Mapping[str, Any]) -> dict[str, Any]:
@@ -171,10 +114,12 @@ def minimal_copy(observed: Mapping[str, Any]) -> dict[str, Any]:
     only caller, which does that for every Service whichever record it was rebuilt from.
     """
     result = {k: copy.deepcopy(v) for k, v in observed.items() if k != "status"}
+    observed_metadata = observed.get("metadata")
+    assert isinstance(observed_metadata, Mapping)  # the loader refuses any other
     metadata = {
         # ObjectMeta without the server's fields holds flat string maps: copy = deepcopy.
         k: copy.deepcopy(v)  # pragma: no mutate
-        for k, v in metadata_of(observed).items()
+        for k, v in observed_metadata.items()
         if k not in _SERVER_METADATA
     }
     annotations = metadata.get("annotations")

@@ -10,14 +10,13 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from hooks.core.policy import ProbePolicy, effective_address
 from hooks.domain.members import MemberStatus, ProbeTarget
-from hooks.domain.model import SpecProblem, SyncRequest
+from hooks.domain.model import SpecProblem
+from hooks.domain.request import SyncRequest
 
 
 def apply_policy(request: SyncRequest, policy: ProbePolicy) -> SyncRequest:
@@ -64,7 +63,7 @@ def plan_probes(request: SyncRequest, policy: ProbePolicy) -> ProbePlan:
     targets = []
     refused: dict[str, MemberStatus] = {}
     for name in sorted(request.pods):
-        ip = pod_ip(request.pods[name])
+        ip = request.pods[name].ip
         if ip is None:
             continue
         problem = policy.address_problem(ip)
@@ -91,23 +90,6 @@ def plan_probes(request: SyncRequest, policy: ProbePolicy) -> ProbePlan:
 def probe_targets(request: SyncRequest, policy: ProbePolicy | None = None) -> list[ProbeTarget]:
     """The targets of :func:`plan_probes` (the default policy if none is given)."""
     return list(plan_probes(request, policy or ProbePolicy()).targets)
-
-
-def pod_ip(pod: Mapping[str, Any]) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """The Pod's ``status.podIP`` if it is an IP literal, else ``None``."""
-    status = pod.get("status")
-    raw = status.get("podIP") if isinstance(status, Mapping) else None
-    if not isinstance(raw, str):
-        return None
-    try:
-        ip = ipaddress.ip_address(raw)
-    except ValueError:
-        return None
-    # A Pod IP never has an IPv6 zone, and a zone is free text: "::1%@evil.example:80#"
-    # parses as an address but would put a hostname into the probe URL.
-    if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
-        return None
-    return ip
 
 
 def members_of(

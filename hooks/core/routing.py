@@ -12,11 +12,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from hooks.core.keeping import labels_of, metadata_of
 from hooks.domain.members import MemberStatus
 from hooks.domain.model import POD_NAME_LABEL, ClusterSpec
+from hooks.domain.observed import Pod
 
 
 class Decision(enum.Enum):
@@ -54,7 +53,7 @@ class Route:
 
 
 def choose_leader(
-    pods: Mapping[str, Mapping[str, Any]],
+    pods: Mapping[str, Pod],
     members: Sequence[MemberStatus],
     spec: ClusterSpec,
 ) -> Route:
@@ -106,12 +105,12 @@ def choose_leader(
             why=f"Pod {claimant.name}'s IP answers as Patroni member {claimant.patroni_name!r}",
         )
     pod = pods[claimant.name]
-    if metadata_of(pod).get("deletionTimestamp"):
+    if pod.terminating:
         return Route(
             Decision.LEADER_TERMINATING,
             why=f"Leader {claimant.name} is terminating; waiting for Patroni to elect another",
         )
-    labels = labels_of(pod)
+    labels = pod.labels
     wanted = {**spec.primary_selector, POD_NAME_LABEL: claimant.name}
     missing = sorted(k for k, v in wanted.items() if labels.get(k) != v)
     if missing:

@@ -40,24 +40,20 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from hooks.core.keeping import annotations_of, labels_of
 from hooks.domain.members import MemberStatus
 from hooks.domain.model import (
     PATRONI_LEADER_VALUES,
     PATRONI_REPLICA_VALUES,
     PATRONI_ROLE_LABEL,
-    ROLE_ALIASES,
-    STATUS_ANNOTATION,
     ClusterSpec,
     Condition,
     ResyncTiming,
     RoleLabelSpec,
 )
+from hooks.domain.observed import Pod
 
 #: The status condition that explains the mode.
 CONDITION = "SwitchoverDetection"
@@ -130,7 +126,7 @@ class _Rule:
 
 
 def detect(
-    pods: Mapping[str, Mapping[str, Any]],
+    pods: Mapping[str, Pod],
     members: Sequence[MemberStatus],
     leader: str | None,
     spec: ClusterSpec,
@@ -154,7 +150,7 @@ def detect(
     no_annotation: list[str] = []
     bad_annotation: list[str] = []
     for name in sorted(pods):
-        value = labels_of(pods[name]).get(rule.key)
+        value = pods[name].labels.get(rule.key)
         wanted = rule.leader_values if name == leader else rule.replica_values
         if not isinstance(value, str):
             missing.append(name)
@@ -164,7 +160,7 @@ def detect(
             )
         if not rule.annotation:
             continue
-        role = _annotation_role(annotations_of(pods[name]).get(STATUS_ANNOTATION))
+        role = pods[name].status_role
         answered = answers.get(name)
         if role is None:
             no_annotation.append(name)
@@ -259,22 +255,6 @@ def _role_agrees(
     if answered is None or answered.role is None:  # no answer, or one without a role
         return True  # no REST role to compare with; the label check still applies
     return answered.role == role
-
-
-def _annotation_role(raw: object) -> str | None:
-    """The ``role`` of Patroni's member JSON, normalised; ``None`` if it is not that."""
-    if not isinstance(raw, str) or len(raw) > 65536:
-        return None
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(data, Mapping):
-        return None
-    role = data.get("role")
-    if not isinstance(role, str) or not role or not isinstance(data.get("state"), str):
-        return None
-    return ROLE_ALIASES.get(role, role)
 
 
 def _names(items: Sequence[str]) -> str:

@@ -206,34 +206,6 @@ class SpecProblem:
     message: str
 
 
-@dataclass(frozen=True, slots=True)
-class SyncRequest:
-    """A sync or finalize request, checked and reduced to what the decision needs."""
-
-    parent: Mapping[str, Any]
-    namespace: str
-    name: str
-    generation: int | None
-    spec: ClusterSpec | None
-    spec_problems: tuple[SpecProblem, ...]
-    #: Observed Service children, by name.
-    services: Mapping[str, Mapping[str, Any]]
-    #: Observed children of other types (kept verbatim so a reply never drops them).
-    other_children: Mapping[str, Mapping[str, Mapping[str, Any]]]
-    #: Related Patroni Pods, by name.
-    pods: Mapping[str, Mapping[str, Any]]
-    finalizing: bool
-    #: The parent's ``metadata.uid`` (labels the backup Jobs).
-    uid: str | None = None
-    #: Related backup Jobs, by name; ``None`` when the request has no such group.
-    jobs: Mapping[str, Mapping[str, Any]] | None = None
-
-    @property
-    def cluster(self) -> str:
-        """``namespace/name`` of the parent, for logs and metrics."""
-        return f"{self.namespace}/{self.name}"
-
-
 # ------------------------------------------------------------------------ resync
 
 
@@ -265,59 +237,15 @@ class Condition:
     """One entry of ``status.conditions`` as the hook decides it, before it is stamped.
 
     The time of the last transition and the observed generation are not part of the
-    decision: :meth:`as_status` adds them, keeping the previous ``lastTransitionTime``
-    while ``status`` stays the same, so that Metacontroller's status write converges.
+    decision: :func:`hooks.core.conditions.stamped` adds them, keeping the previous
+    ``lastTransitionTime`` while ``status`` stays the same, so that Metacontroller's status
+    write converges.
     """
 
     type: str
     status: str
     reason: str
     message: str
-
-    @classmethod
-    def from_status(cls, observed: Mapping[str, Any]) -> Condition | None:
-        """A condition as the parent's status holds it, or ``None`` if it is not one.
-
-        The status is free input (anyone with write access to the status subresource can
-        put anything there): only a string ``type`` and ``status`` make a condition;
-        ``reason`` and ``message`` are kept as text.
-        """
-        type_ = observed.get("type")
-        status = observed.get("status")
-        if not isinstance(type_, str) or not isinstance(status, str):
-            return None
-        return cls(type_, status, str(observed.get("reason", "")), str(observed.get("message", "")))
-
-    def as_status(
-        self,
-        stamp: str,
-        previous: Mapping[str, Any] | None = None,
-        generation: int | None = None,
-    ) -> dict[str, Any]:
-        """The condition as ``status.conditions`` lists it.
-
-        ``stamp`` is now (RFC 3339, seconds); ``previous`` is the parent's condition of the
-        same type, whose ``lastTransitionTime`` is kept while ``status`` does not change.
-        """
-        transition = stamp
-        kept = previous.get("lastTransitionTime") if previous is not None else None
-        if (
-            previous is not None
-            and previous.get("status") == self.status
-            and isinstance(kept, str)
-            and kept
-        ):
-            transition = kept
-        condition: dict[str, Any] = {
-            "type": self.type,
-            "status": self.status,
-            "reason": self.reason,
-            "message": self.message,
-            "lastTransitionTime": transition,
-        }
-        if generation is not None:
-            condition["observedGeneration"] = generation
-        return condition
 
 
 # ----------------------------------------------------------------------- defaults

@@ -1,10 +1,11 @@
 """The requests Metacontroller sends, checked: a broken one raises :class:`RequestError`.
 
-A **broken request** (not JSON, not an object, no parent, no children map) raises
+A **broken request** (not JSON, not an object, no parent, no children map, an observed
+object whose ``metadata`` cannot be read: :mod:`hooks.loaders.observed`) raises
 :class:`RequestError`; the app answers HTTP 400, which Metacontroller treats as "change
 nothing, retry with backoff". The parent's spec inside a well-formed request is loaded
 by :func:`hooks.loaders.schemas.load_spec`: an invalid spec is not a broken request (rule 4 of
-the design card), it becomes a :class:`~hooks.domain.model.SyncRequest` whose ``spec`` is
+the design card), it becomes a :class:`~hooks.domain.request.SyncRequest` whose ``spec`` is
 ``None`` and whose ``spec_problems`` name each field.
 
 Pure: no I/O, no web framework.
@@ -24,7 +25,16 @@ from hooks.domain.model import (
     POD_KEY,
     SERVICE_KEY,
     ClusterSpec,
-    SyncRequest,
+)
+from hooks.domain.observed import CronJobChild, ServiceChild, SliceChild
+from hooks.domain.request import SyncRequest
+from hooks.loaders.observed import (
+    ObservedError,
+    load_children,
+    load_jobs,
+    load_pods,
+    load_previous_status,
+    typed,
 )
 from hooks.loaders.schemas import load_spec
 from hooks.loaders.spec_fields import StrictBoolean, flatten
@@ -187,35 +197,36 @@ def load_sync_request(body: object) -> SyncRequest:
         # Metacontroller always sends an entry per child type, even an empty one. Without
         # it we cannot know whether the Service exists, so no reply would be safe.
         raise RequestError(f"invalid sync request: children has no {SERVICE_KEY!r} entry")
-    services = children[SERVICE_KEY]
-    pods = envelope["related"].get(POD_KEY, {})
-    jobs = envelope["related"].get(JOB_KEY)
-    groups = [(SERVICE_KEY, services), (POD_KEY, pods)]
-    groups += [(k, children[k]) for k in (ENDPOINTSLICE_KEY, CRONJOB_KEY) if k in children]
-    groups += [(JOB_KEY, jobs)] if jobs is not None else []
-    for group, objects in groups:
-        for key, obj in objects.items():
-            metadata = obj.get("metadata")
-            name = metadata.get("name") if isinstance(metadata, Mapping) else None
-            if name != key:
-                raise RequestError(
-                    f"invalid sync request: {group}[{key!r}] has metadata.name {name!r}"
-                )
+    related = envelope["related"]
+    try:
+        services = typed(load_children(SERVICE_KEY, children[SERVICE_KEY]), ServiceChild)
+        pods = load_pods(POD_KEY, related.get(POD_KEY, {}))
+        other = {k: load_children(k, v) for k, v in children.items() if k != SERVICE_KEY}
+        slices = typed(other.get(ENDPOINTSLICE_KEY), SliceChild)
+        cronjobs = typed(other.get(CRONJOB_KEY), CronJobChild)
+        jobs = load_jobs(JOB_KEY, related[JOB_KEY]) if related.get(JOB_KEY) is not None else None
+    except ObservedError as error:
+        raise RequestError(f"invalid sync request: {error}") from None
     spec, problems = load_spec(parent["spec"])
     metadata = parent["metadata"]
+    raw = envelope["parent"]
     return SyncRequest(
-        parent=envelope["parent"],
         namespace=metadata["namespace"],
         name=metadata["name"],
         generation=metadata["generation"],
         spec=spec,
         spec_problems=problems,
-        services=services,
-        other_children={k: v for k, v in children.items() if k != SERVICE_KEY},
+        services=services or {},
+        other_children=other,
         pods=pods,
         finalizing=envelope["finalizing"],
         uid=metadata["uid"],
         jobs=jobs,
+        slices=slices,
+        cronjobs=cronjobs,
+        previous=load_previous_status(raw.get("status")),
+        api_version=str(raw.get("apiVersion", "adg.io/v1alpha1")),
+        kind=str(raw.get("kind", "PostgreSQLCluster")),
     )
 
 

@@ -24,6 +24,7 @@ from hooks.domain.model import (
     ClusterSpec,
     field_default,
 )
+from hooks.domain.observed import CronJobChild
 
 CONTAINER = "basebackup"
 MOUNT_PATH = "/backups"
@@ -138,7 +139,7 @@ def desired_cronjob(
     namespace: str,
     cluster: str,
     uid: str,
-    observed: Mapping[str, Any] | None = None,
+    observed: CronJobChild | None = None,
 ) -> dict[str, Any]:
     """The backup CronJob, with only the fields we own.
 
@@ -262,16 +263,10 @@ def quantity_value(text: str) -> Fraction | None:
     return number * _SUFFIXES[suffix]
 
 
-def _observed_resources(observed: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    node: Any = observed or {}
-    for key in ("spec", "jobTemplate", "spec", "template", "spec"):
-        node = node.get(key) if isinstance(node, Mapping) else None
-    containers = node.get("containers") if isinstance(node, Mapping) else None
-    for container in containers if isinstance(containers, list) else []:
-        if isinstance(container, Mapping) and container.get("name") == CONTAINER:
-            resources = container.get("resources")
-            return resources if isinstance(resources, Mapping) else {}
-    return {}
+def _observed_resources(observed: CronJobChild | None) -> Mapping[str, Any]:
+    if observed is None:
+        return {}
+    return observed.container_resources.get(CONTAINER, {})
 
 
 def _resources(

@@ -26,7 +26,8 @@ from typing import Any
 from hooks.core.keeping import Keep
 from hooks.core.routing import Route
 from hooks.domain.members import MemberStatus
-from hooks.domain.model import ClusterSpec, Condition, SyncRequest
+from hooks.domain.model import ClusterSpec, Condition
+from hooks.domain.request import SyncRequest
 
 
 @dataclass(frozen=True, slots=True)

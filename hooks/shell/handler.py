@@ -21,7 +21,7 @@ from hooks.core.outcome import SyncOutcome
 from hooks.core.probing import ProbePlan, apply_policy, plan_probes
 from hooks.core.routing import Decision
 from hooks.domain.members import MemberStatus
-from hooks.domain.model import SyncRequest
+from hooks.domain.request import SyncRequest
 from hooks.loaders.envelope import RequestError, load_customize_parent, load_sync_request
 from hooks.patroni import Prober
 from hooks.shell import metrics
