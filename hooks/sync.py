@@ -22,6 +22,7 @@ What the reply holds besides the hook's own status comes from the child parts
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -38,14 +39,12 @@ from hooks.core.conditions import (
     SPEC_ACCEPTED,
     SpecReason,
     kept,
-    members_condition,
-    name_guard_condition,
+    member_conditions,
     stamped,
 )
-from hooks.core.keeping import Keep, keeper
+from hooks.core.keeping import Keep, preserved
 from hooks.core.outcome import SyncOutcome
-from hooks.core.probing import members_of
-from hooks.core.routing import Decision, Route, choose_leader, leader_timeline
+from hooks.core.routing import Decision, Route, choose_leader
 from hooks.domain.members import MemberStatus
 from hooks.domain.model import ClusterSpec, Condition, ResyncTiming
 from hooks.domain.request import SyncRequest
@@ -79,9 +78,12 @@ def _route(
     timing: ResyncTiming,
 ) -> SyncOutcome:
     """A valid spec: decide the route, let every part plan, merge their replies."""
-    members = members_of(request, probes)
+    # One answer per related Pod, by name: its probe's, else unreachable ("no pod IP").
+    members = tuple(
+        probes.get(name) or MemberStatus.unknown(name, "no pod IP") for name in sorted(request.pods)
+    )
     route = choose_leader(request.pods, members, spec)
-    keep = keeper(request)
+    keep: Keep = functools.partial(preserved, namespace=request.namespace)
     context = PartContext(request, spec, members, route, keep)
     primary, *optional = [part.plan(context) for part in parts.PARTS]
     routed = primary.condition
@@ -98,11 +100,10 @@ def _route(
         [
             replace(routed, type=CONDITION_READY),
             routed,
-            members_condition(members),
-            name_guard_condition(members, spec),
+            *member_conditions(members, spec),
             SPEC_ACCEPTED,
             *(plan.condition for plan in optional if plan.condition is not None),
-            detection.condition(),
+            detection.condition,
         ],
     )
     children = [child for plan in (primary, *optional) for child in plan.children]
@@ -181,7 +182,7 @@ def _invalid_spec(request: SyncRequest, now: datetime, timing: ResyncTiming) -> 
             *kept(request, _optional_conditions()),
         ],
     )
-    keep = keeper(request)
+    keep: Keep = functools.partial(preserved, namespace=request.namespace)
     children = [keep(obj) for _, obj in sorted(request.services.items())]
     children += [
         keep(obj)
@@ -228,7 +229,7 @@ def _members_status(
 ) -> dict[str, Any]:
     """``status.timeline``, ``members`` and ``membersAnswered``: stable fields only."""
     status: dict[str, Any] = {}
-    timeline = leader_timeline(members, route.leader) if route.routed else request.previous.timeline
+    timeline = route.timeline if route.routed else request.previous.timeline
     if timeline is not None:
         status["timeline"] = timeline
     status["members"] = [_member_status(m) for m in members]

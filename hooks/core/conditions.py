@@ -102,6 +102,13 @@ def kept(request: SyncRequest, types: Iterable[str]) -> list[Condition]:
     return [c for c in found if c is not None]
 
 
+def member_conditions(
+    members: Sequence[MemberStatus], spec: ClusterSpec
+) -> tuple[Condition, Condition]:
+    """``MembersReachable`` and ``MemberNameGuard``: what the members' answers say."""
+    return members_condition(members), name_guard_condition(members, spec)
+
+
 def members_condition(members: Sequence[MemberStatus]) -> Condition:
     """``MembersReachable``: how many members answered as Patroni, and who did not.
 

@@ -21,9 +21,8 @@ from typing import Any
 
 from hooks.domain.model import LAST_APPLIED_ANNOTATION
 from hooks.domain.observed import Child, ServiceChild
-from hooks.domain.request import SyncRequest
 
-#: Echoes an observed child unchanged (see :func:`keeper`).
+#: Echoes an observed child unchanged: :func:`preserved` in the parent's namespace.
 Keep = Callable[[Child], dict[str, Any]]
 
 #: Metadata the API server owns; echoing it back would be wrong or rejected.
@@ -96,15 +95,6 @@ def group_gvk(group: str) -> tuple[str, str] | None:
     """``(apiVersion, kind)`` of a ``children`` key: ``Service.v1``, ``Deployment.apps/v1``."""
     kind, dot, api_version = group.partition(".")
     return (api_version, kind) if dot and kind and api_version else None
-
-
-def keeper(request: SyncRequest) -> Keep:
-    """:func:`preserved` for this request's observed children, in the parent's namespace."""
-
-    def keep(observed: Child) -> dict[str, Any]:
-        return preserved(observed, namespace=request.namespace)
-
-    return keep
 
 
 def minimal_copy(observed: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,10 +21,10 @@ each target again just before it connects.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from hooks.domain.model import ClusterSpec, field_default
+from hooks.domain.model import ClusterSpec, SpecProblem, field_default
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -84,6 +84,28 @@ class ProbePolicy:
             f"matches {count} Pods, more than the {self.max_members} members this hook "
             f"probes per cluster (the hook's PGFH_MAX_MEMBERS); nothing was probed"
         )
+
+    def spec_problems(self, port: int, members: int) -> list[SpecProblem]:
+        """What makes a spec invalid *for this hook*: its Patroni port, its member count."""
+        problems = []
+        if (problem := self.port_problem(port)) is not None:
+            problems.append(SpecProblem("spec.patroni.port", problem))
+        if (problem := self.members_problem(members)) is not None:
+            problems.append(SpecProblem("spec.primarySelector", problem))
+        return problems
+
+    def screen(self, ips: Mapping[str, IPAddress]) -> tuple[dict[str, IPAddress], dict[str, str]]:
+        """Each Pod's address as a probe reaches it (:func:`effective_address`), or why it
+        is never probed (:meth:`address_problem`), by Pod name, in the order given."""
+        allowed: dict[str, IPAddress] = {}
+        refused: dict[str, str] = {}
+        for name, ip in ips.items():
+            problem = self.address_problem(ip)
+            if problem is None:
+                allowed[name] = effective_address(ip)
+            else:
+                refused[name] = problem
+        return allowed, refused
 
     def address_problem(self, ip: IPAddress) -> str | None:
         """Why a Pod IP is never probed, or ``None``: a short, stable reason."""

@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from hooks.core.policy import ProbePolicy, effective_address
+from hooks.core.policy import ProbePolicy
 from hooks.domain.members import MemberStatus, ProbeTarget
-from hooks.domain.model import SpecProblem
 from hooks.domain.request import SyncRequest
 
 
@@ -30,13 +29,7 @@ def apply_policy(request: SyncRequest, policy: ProbePolicy) -> SyncRequest:
     spec = request.spec
     if spec is None or request.finalizing:
         return request
-    problems = []
-    port = policy.port_problem(spec.patroni_port)
-    if port is not None:
-        problems.append(SpecProblem("spec.patroni.port", port))
-    members = policy.members_problem(len(request.pods))
-    if members is not None:
-        problems.append(SpecProblem("spec.primarySelector", members))
+    problems = policy.spec_problems(spec.patroni_port, len(request.pods))
     if not problems:
         return request
     return replace(request, spec=None, spec_problems=tuple(problems))
@@ -60,17 +53,12 @@ def plan_probes(request: SyncRequest, policy: ProbePolicy) -> ProbePlan:
     spec = request.spec
     if spec is None or request.finalizing:
         return ProbePlan()
+    pods = request.pods
+    ips = {name: ip for name in sorted(pods) if (ip := pods[name].ip) is not None}
+    allowed, problems = policy.screen(ips)
+    refused = {name: MemberStatus.unknown(name, problem) for name, problem in problems.items()}
     targets = []
-    refused: dict[str, MemberStatus] = {}
-    for name in sorted(request.pods):
-        ip = request.pods[name].ip
-        if ip is None:
-            continue
-        problem = policy.address_problem(ip)
-        if problem is not None:
-            refused[name] = MemberStatus.unknown(name, problem)
-            continue
-        address = effective_address(ip)
+    for name, address in allowed.items():
         host = f"[{address}]" if address.version == 6 else str(address)
         url = f"{spec.patroni_scheme}://{host}:{spec.patroni_port}{spec.health_check_path}"
         targets.append(
@@ -90,12 +78,3 @@ def plan_probes(request: SyncRequest, policy: ProbePolicy) -> ProbePlan:
 def probe_targets(request: SyncRequest, policy: ProbePolicy | None = None) -> list[ProbeTarget]:
     """The targets of :func:`plan_probes` (the default policy if none is given)."""
     return list(plan_probes(request, policy or ProbePolicy()).targets)
-
-
-def members_of(
-    request: SyncRequest, probes: Mapping[str, MemberStatus]
-) -> tuple[MemberStatus, ...]:
-    """One answer per related Pod, by name: its probe's, else unreachable ("no pod IP")."""
-    return tuple(
-        probes.get(name) or MemberStatus.unknown(name, "no pod IP") for name in sorted(request.pods)
-    )

@@ -46,6 +46,8 @@ class Route:
     leader: str | None = None
     #: Why routing is not confirmed ("" when routed).
     why: str = ""
+    #: The timeline the leader reported in this sync (only when routed, if it did).
+    timeline: int | None = None
 
     @property
     def routed(self) -> bool:
@@ -119,13 +121,7 @@ def choose_leader(
             why=f"Leader {claimant.name} lacks the label(s) {', '.join(missing)} that the "
             f"Service selector needs",
         )
-    return Route(Decision.ROUTED, claimant.name)
-
-
-def leader_timeline(members: Sequence[MemberStatus], leader: str | None) -> int | None:
-    """The timeline the leader reported in this sync, if it did."""
-    # The routed leader is always one of the members, so the default is never reached.
-    return next((m.timeline for m in members if m.name == leader), None)  # pragma: no mutate
+    return Route(Decision.ROUTED, claimant.name, timeline=claimant.timeline)
 
 
 def _unreachable_phrase(members: Sequence[MemberStatus]) -> str:

@@ -94,6 +94,7 @@ class DetectionVerdict:
         """Whether a switchover of this cluster is expected to change a related Pod."""
         return self.detection is Detection.ROLE_LABEL
 
+    @property
     def condition(self) -> Condition:
         """The ``SwitchoverDetection`` condition of this sync."""
         status = "True" if self.event_driven else "False"

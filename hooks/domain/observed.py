@@ -106,8 +106,11 @@ class CronJobChild(Child):
     """An observed CronJob."""
 
     #: ``resources`` of each container of its Pod template, by container name (the first
-    #: of a name wins), as the API server stores them.
-    container_resources: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: EMPTY)
+    #: of a name wins): ``requests`` and ``limits``, each the quantities that are strings,
+    #: as the API server stores them.
+    container_resources: Mapping[str, Mapping[str, Mapping[str, str]]] = field(
+        default_factory=lambda: EMPTY
+    )
 
 
 # ------------------------------------------------------------------------- Jobs
@@ -191,16 +194,10 @@ class PreviousStatus:
     #: ``status.timeline`` when it is an integer.
     timeline: int | None = None
     backup: PreviousBackup = field(default_factory=PreviousBackup)
+    #: The conditions by type (of two with one type, the later one).
+    by_type: Mapping[str, PreviousCondition] = field(default_factory=lambda: EMPTY)
+    #: The first ``Ready`` condition.
+    ready: PreviousCondition | None = None
     #: The status as observed, read-only: kept as it is by a finalize or an invalid-spec
     #: reply, never read by a decision.
     raw: Mapping[str, Any] = field(default_factory=lambda: EMPTY)
-
-    @property
-    def by_type(self) -> Mapping[str, PreviousCondition]:
-        """The conditions by type (of two with one type, the later one)."""
-        return {c.type: c for c in self.conditions}
-
-    @property
-    def ready(self) -> PreviousCondition | None:
-        """The first ``Ready`` condition."""
-        return next((c for c in self.conditions if c.type == "Ready"), None)

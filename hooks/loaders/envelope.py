@@ -19,23 +19,11 @@ from typing import Any
 from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate
 
 from hooks.domain.model import (
-    CRONJOB_KEY,
-    ENDPOINTSLICE_KEY,
-    JOB_KEY,
-    POD_KEY,
     SERVICE_KEY,
     ClusterSpec,
 )
-from hooks.domain.observed import CronJobChild, ServiceChild, SliceChild
 from hooks.domain.request import SyncRequest
-from hooks.loaders.observed import (
-    ObservedError,
-    load_children,
-    load_jobs,
-    load_pods,
-    load_previous_status,
-    typed,
-)
+from hooks.loaders.observed import ObservedError, load_observed
 from hooks.loaders.schemas import load_spec
 from hooks.loaders.spec_fields import StrictBoolean, flatten
 
@@ -197,34 +185,28 @@ def load_sync_request(body: object) -> SyncRequest:
         # Metacontroller always sends an entry per child type, even an empty one. Without
         # it we cannot know whether the Service exists, so no reply would be safe.
         raise RequestError(f"invalid sync request: children has no {SERVICE_KEY!r} entry")
-    related = envelope["related"]
+    raw = envelope["parent"]
     try:
-        services = typed(load_children(SERVICE_KEY, children[SERVICE_KEY]), ServiceChild)
-        pods = load_pods(POD_KEY, related.get(POD_KEY, {}))
-        other = {k: load_children(k, v) for k, v in children.items() if k != SERVICE_KEY}
-        slices = typed(other.get(ENDPOINTSLICE_KEY), SliceChild)
-        cronjobs = typed(other.get(CRONJOB_KEY), CronJobChild)
-        jobs = load_jobs(JOB_KEY, related[JOB_KEY]) if related.get(JOB_KEY) is not None else None
+        observed = load_observed(children, envelope["related"], raw.get("status"))
     except ObservedError as error:
         raise RequestError(f"invalid sync request: {error}") from None
     spec, problems = load_spec(parent["spec"])
     metadata = parent["metadata"]
-    raw = envelope["parent"]
     return SyncRequest(
         namespace=metadata["namespace"],
         name=metadata["name"],
         generation=metadata["generation"],
         spec=spec,
         spec_problems=problems,
-        services=services or {},
-        other_children=other,
-        pods=pods,
+        services=observed.services,
+        other_children=observed.other_children,
+        pods=observed.pods,
         finalizing=envelope["finalizing"],
         uid=metadata["uid"],
-        jobs=jobs,
-        slices=slices,
-        cronjobs=cronjobs,
-        previous=load_previous_status(raw.get("status")),
+        jobs=observed.jobs,
+        slices=observed.slices,
+        cronjobs=observed.cronjobs,
+        previous=observed.previous,
         api_version=str(raw.get("apiVersion", "adg.io/v1alpha1")),
         kind=str(raw.get("kind", "PostgreSQLCluster")),
     )

@@ -18,13 +18,16 @@ from __future__ import annotations
 import ipaddress
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
 from hooks.domain.model import (
     CRONJOB_KEY,
     ENDPOINTSLICE_KEY,
+    JOB_KEY,
     LAST_APPLIED_ANNOTATION,
+    POD_KEY,
     ROLE_ALIASES,
     SERVICE_KEY,
     STATUS_ANNOTATION,
@@ -88,6 +91,41 @@ def _strings(metadata: Mapping[str, Any], field: str) -> Mapping[str, str]:
 
 def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else EMPTY
+
+
+# ------------------------------------------------------------------ all at once
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """Everything a sync request observed, loaded (the envelope puts it into a SyncRequest)."""
+
+    services: dict[str, ServiceChild]
+    other_children: dict[str, dict[str, Child]]
+    slices: dict[str, SliceChild] | None
+    cronjobs: dict[str, CronJobChild] | None
+    pods: dict[str, Pod]
+    jobs: dict[str, Job] | None
+    previous: PreviousStatus
+
+
+def load_observed(
+    children: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    related: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    status: object,
+) -> Observed:
+    """The child groups (with a ``Service.v1`` one), the related groups and the status."""
+    other = {k: load_children(k, v) for k, v in children.items() if k != SERVICE_KEY}
+    jobs = related.get(JOB_KEY)
+    return Observed(
+        services=typed(load_children(SERVICE_KEY, children[SERVICE_KEY]), ServiceChild) or {},
+        other_children=other,
+        slices=typed(other.get(ENDPOINTSLICE_KEY), SliceChild),
+        cronjobs=typed(other.get(CRONJOB_KEY), CronJobChild),
+        pods=load_pods(POD_KEY, related.get(POD_KEY, {})),
+        jobs=load_jobs(JOB_KEY, jobs) if jobs is not None else None,
+        previous=load_previous_status(status),
+    )
 
 
 # ------------------------------------------------------------------------- Pods
@@ -259,15 +297,30 @@ def _endpoints(obj: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
-def _container_resources(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+def _container_resources(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Mapping[str, str]]]:
     node: Any = obj
     for key in ("spec", "jobTemplate", "spec", "template", "spec"):
         node = node.get(key) if isinstance(node, Mapping) else None
     containers = node.get("containers") if isinstance(node, Mapping) else None
-    found: dict[str, Mapping[str, Any]] = {}
+    found: dict[str, Mapping[str, Mapping[str, str]]] = {}
     for container in containers if isinstance(containers, list) else []:
         if isinstance(container, Mapping) and isinstance(container.get("name"), str):
-            found.setdefault(container["name"], _mapping(container.get("resources")))
+            resources = _mapping(container.get("resources"))
+            found.setdefault(
+                container["name"],
+                MappingProxyType(
+                    {
+                        group: MappingProxyType(
+                            {
+                                k: v
+                                for k, v in _mapping(resources.get(group)).items()
+                                if isinstance(v, str)
+                            }
+                        )
+                        for group in ("requests", "limits")
+                    }
+                ),
+            )
     return found
 
 
@@ -316,14 +369,17 @@ def load_previous_status(status: object) -> PreviousStatus:
     """The parent's ``status`` (free input: whatever is not readable is left out)."""
     if not isinstance(status, Mapping):
         return PreviousStatus()
-    conditions = status.get("conditions")
+    entries = status.get("conditions")
     timeline = status.get("timeline")
+    conditions = tuple(
+        _previous_condition(c)
+        for c in (entries if isinstance(entries, list) else [])
+        if isinstance(c, Mapping) and isinstance(c.get("type"), str)
+    )
     return PreviousStatus(
-        conditions=tuple(
-            _previous_condition(c)
-            for c in (conditions if isinstance(conditions, list) else [])
-            if isinstance(c, Mapping) and isinstance(c.get("type"), str)
-        ),
+        conditions=conditions,
+        by_type=MappingProxyType({c.type: c for c in conditions}),
+        ready=next((c for c in conditions if c.type == "Ready"), None),
         timeline=timeline if isinstance(timeline, int) and not isinstance(timeline, bool) else None,
         backup=_previous_backup(status.get("backup")),
         raw=MappingProxyType(status),

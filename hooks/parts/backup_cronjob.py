@@ -263,25 +263,24 @@ def quantity_value(text: str) -> Fraction | None:
     return number * _SUFFIXES[suffix]
 
 
-def _observed_resources(observed: CronJobChild | None) -> Mapping[str, Any]:
+def _observed_resources(observed: CronJobChild | None) -> Mapping[str, Mapping[str, str]]:
     if observed is None:
         return {}
     return observed.container_resources.get(CONTAINER, {})
 
 
 def _resources(
-    wanted: Mapping[str, Mapping[str, str]], observed: Mapping[str, Any]
+    wanted: Mapping[str, Mapping[str, str]], observed: Mapping[str, Mapping[str, str]]
 ) -> dict[str, dict[str, str]]:
     result: dict[str, dict[str, str]] = {}
     for group in ("requests", "limits"):
         values = wanted.get(group) or {}
-        seen = observed.get(group)
-        seen = seen if isinstance(seen, Mapping) else {}
+        seen = observed.get(group) or {}
         if not values:
             continue
         result[group] = {}
         for resource, quantity in values.items():
             current = seen.get(resource)
-            same = isinstance(current, str) and quantity_value(current) == quantity_value(quantity)
-            result[group][resource] = current if same and isinstance(current, str) else quantity
+            same = current is not None and quantity_value(current) == quantity_value(quantity)
+            result[group][resource] = current if same and current is not None else quantity
     return result

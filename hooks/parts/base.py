@@ -53,7 +53,8 @@ class PartContext:
     members: tuple[MemberStatus, ...]
     #: This sync's routing decision; ``route.leader`` is set only when it routes.
     route: Route
-    #: Echoes an observed child unchanged (:func:`hooks.core.keeping.keeper`).
+    #: Echoes an observed child unchanged (:func:`hooks.core.keeping.preserved`, in the
+    #: parent's namespace).
     keep: Keep
 
     @property

@@ -16,7 +16,7 @@ from typing import Any
 
 from hooks.core import manifests
 from hooks.core.conditions import CONDITION_ROUTED
-from hooks.core.routing import Decision, leader_timeline
+from hooks.core.routing import Decision
 from hooks.domain.model import POD_NAME_LABEL, SERVICE_KEY, ClusterSpec, Condition
 from hooks.domain.observed import ServiceChild
 from hooks.domain.request import SyncRequest
@@ -44,7 +44,7 @@ def plan(context: PartContext) -> PartPlan:
                 kept.setdefault("spec", {})["selector"] = _selector(spec, leader)
                 children.append(kept)
         primary: str | None = leader
-        timeline = leader_timeline(context.members, leader)
+        timeline = route.timeline
         message = (
             f"Patroni reports {leader} as leader"
             f"{f' (timeline {timeline})' if timeline is not None else ''}; "
