@@ -250,7 +250,7 @@ def typed(group: Mapping[str, Child] | None, kind: type[T]) -> dict[str, T] | No
     if group is None:
         return None
     found = {name: child for name, child in group.items() if isinstance(child, kind)}
-    assert len(found) == len(group), "load_child loads every child of a group alike"
+    assert len(found) == len(group), "load_child loads a group alike"  # pragma: no mutate
     return found
 
 
