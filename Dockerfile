@@ -49,6 +49,9 @@ RUN --mount=type=secret,id=pipcert,target=/run/secrets/pipcert \
     && pip install --no-cache-dir --require-hashes --no-deps -r requirements/runtime.txt
 
 COPY pyproject.toml README.md LICENSE ./
+# The hook only: the kubectl plugin (pgfh_plugin/, beside hooks/) is a program of its own that
+# the image never runs, so it is not copied, and the kubectl-pgfh script pip writes for it
+# from pyproject.toml's [project.scripts] is removed below.
 COPY hooks ./hooks
 
 # A regular (non-editable) install of the project alone (its dependencies are in already), then
@@ -58,6 +61,7 @@ COPY hooks ./hooks
 RUN --mount=type=secret,id=pipcert,target=/run/secrets/pipcert \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && pip install --no-cache-dir --no-deps . \
+    && rm /opt/venv/bin/kubectl-pgfh \
     && python -m compileall -q -f -j 0 --invalidation-mode unchecked-hash /opt/venv
 
 
@@ -85,4 +89,4 @@ EXPOSE 8080
 # Exec form: gunicorn is PID 1 and receives SIGTERM directly. Bind address, workers/threads
 # (GUNICORN_WORKERS, GUNICORN_THREADS), graceful_timeout and worker_tmp_dir come from the
 # config module shipped in the package.
-ENTRYPOINT ["gunicorn", "-c", "python:hooks.gunicorn_conf", "hooks.app:create_app()"]
+ENTRYPOINT ["gunicorn", "-c", "python:hooks.shell.gunicorn_conf", "hooks.shell.app:create_app()"]

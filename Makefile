@@ -70,7 +70,7 @@ serve: $(STAMP) $(SERVE_TOKEN) ## run the hook under gunicorn on 127.0.0.1:8080 
 	@echo "caller token (PGFH_AUTH_TOKENS_PATH=$(SERVE_TOKEN)): $$(cat $(SERVE_TOKEN))"
 	@echo "try:  curl -sS -H \"Authorization: Bearer $$(cat $(SERVE_TOKEN))\" -H 'Content-Type: application/json' --data @$(SERVE_REQUEST) http://$(SERVE_BIND)/customize"
 	PGFH_AUTH_TOKENS_PATH=$(SERVE_TOKEN) GUNICORN_BIND=$(SERVE_BIND) \
-	  $(BIN)/gunicorn -c python:hooks.gunicorn_conf 'hooks.app:create_app()'
+	  $(BIN)/gunicorn -c python:hooks.shell.gunicorn_conf 'hooks.shell.app:create_app()'
 
 CODE := $(wildcard hooks tests standin devcluster controlplane bench demo ops)
 

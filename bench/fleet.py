@@ -32,7 +32,7 @@ models is Metacontroller v4.17.2, as read in its source (paths in its repository
 * With shards, each install has its own queue, workers and bucket, and enqueues only
   the parents its ``parentResource.labelSelector`` matches (``enqueueParentObject``).
 
-The hook is either REAL (gunicorn pods under ``hooks/gunicorn_conf.py``, the recorded
+The hook is either REAL (gunicorn pods under ``hooks/shell/gunicorn_conf.py``, the recorded
 request bodies, the fake fleet of ``bench/fakepatroni.py``, in real time) or MODELLED
 (a virtual clock; each sync holds one of the hook pods' cores for the hook CPU per sync
 and lasts a sample of the sync latencies, both measured on the real hook at the start of

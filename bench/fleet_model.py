@@ -21,7 +21,7 @@ from bench.fleet_settings import (
     WATCH_DELAY,
     Row,
 )
-from hooks.switchover import spread_resync
+from hooks.core.switchover import spread_resync
 
 PLANNED = "planned"
 STOP = "stop"

@@ -53,7 +53,7 @@ class Policy:
     event_resync: float | None = None
     degraded: float = 0.3
     from_reply: bool = True
-    #: Phase-spread healthy resyncs (the hook's, :func:`hooks.switchover.spread_resync`,
+    #: Phase-spread healthy resyncs (the hook's, :func:`hooks.core.switchover.spread_resync`,
     #: called here): the next healthy sync of a cluster falls on its own slot of the
     #: period (a hash of its UID), between half a period and one and a half periods away,
     #: so a fleet synced all at once (after a Metacontroller restart) does not stay in one
@@ -108,7 +108,7 @@ TODAY = Metacontroller(workers=10, qps=50, burst=100, resync_period=30)
 # -------------------------------------------------------------------------- presets
 
 #: The shipped settings (deploy/metacontroller-values.yaml,
-#: metacontroller/compositecontroller.yaml) and the hook's defaults (hooks/switchover.py:
+#: metacontroller/compositecontroller.yaml) and the hook's defaults (hooks/core/switchover.py:
 #: polled clusters 1 s, event-driven ones 30 s).
 SHIPPED = Metacontroller(workers=64, qps=300, burst=100, resync_period=None)
 SHIPPED_POLICY = Policy(poll=1.0, event_resync=30.0, from_reply=False, spread=True)
@@ -141,7 +141,7 @@ def recommended(n: int, mix: Mix = Mix()) -> tuple[Metacontroller, Policy, int, 
     (pods x 2 x GUNICORN_THREADS) at least the workers of all installs: a sync of a cluster
     with a member that never answers holds a thread for the 2 s probe deadline without
     using CPU, so the HPA (on CPU) would not add pods for it. The healthy resyncs are
-    phase-spread: the hook always spreads them (``hooks.switchover.spread_resync``).
+    phase-spread: the hook always spreads them (``hooks.core.switchover.spread_resync``).
     """
     if n <= 1000:
         mc, pods, threads = SHIPPED, 3, 16

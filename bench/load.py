@@ -2,7 +2,7 @@
 
 Three processes share the machine, each measured on its own:
 
-* the hook: ``gunicorn -c python:hooks.gunicorn_conf 'hooks.app:create_app()'`` (via
+* the hook: ``gunicorn -c python:hooks.shell.gunicorn_conf 'hooks.shell.app:create_app()'`` (via
   :func:`standin.gunicorn.gunicorn_hook`), ``GUNICORN_WORKERS``/``GUNICORN_THREADS`` as in
   production (2 × 16), JSON logs and the access log on;
 * the fake Patroni members (:mod:`bench.fakepatroni`): one process, one member per

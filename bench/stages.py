@@ -3,7 +3,7 @@
 ``bench.load`` gives the pod's CPU per sync from ``/proc``; this splits it. The hook runs
 as in ``bench.load`` (production gunicorn config, 2 workers × 16 threads, caller
 authentication, access log, fake members, 32 keep-alive clients), but from
-:func:`create_app`, which is :func:`hooks.app.create_app` with each stage wrapped in a
+:func:`create_app`, which is :func:`hooks.shell.app.create_app` with each stage wrapped in a
 thread-CPU clock (``time.thread_time``: the CPU of the calling thread, user + system,
 waiting excluded): the body read and parse, the request checks, the probe plan, the probe
 round (all of it runs in the request's thread), the decision and the reply. What no wrapped
@@ -58,22 +58,23 @@ def _timed(name: str, function: F) -> F:
 
 
 #: Stage names, in the order of a sync: (module, function) of the hook, wrapped where the
-#: pipeline looks them up (hooks.app reads and writes the body, hooks.handler runs the rest).
+#: pipeline looks them up (hooks.shell.app reads and writes the body, hooks.shell.handler runs
+#: the rest).
 STAGES = {
-    ("hooks.app", "_json_body"): "body: read, depth check, json.loads",
-    ("hooks.handler", "load_sync_request"): "request checks (envelope, parent, spec)",
-    ("hooks.handler", "plan_probes"): "probe plan (addresses, policy)",
-    ("hooks.handler", "reconcile"): "decision and reply body",
-    ("hooks.app", "_reply"): "reply: json.dumps, Response",
+    ("hooks.shell.app", "_json_body"): "body: read, depth check, json.loads",
+    ("hooks.shell.handler", "load_sync_request"): "request checks (envelope, parent, spec)",
+    ("hooks.shell.handler", "plan_probes"): "probe plan (addresses, policy)",
+    ("hooks.shell.handler", "reconcile"): "decision and reply body",
+    ("hooks.shell.app", "_reply"): "reply: json.dumps, Response",
 }
 
 
 def create_app() -> Flask:
     """The hook's app with its stages clocked, and ``GET /x/stages`` to read the clocks."""
-    from hooks import app as hook_app
-    from hooks.config import HookSettings
-    from hooks.logs import configure
     from hooks.patroni import PatroniProber
+    from hooks.shell import app as hook_app
+    from hooks.shell.config import HookSettings
+    from hooks.shell.logs import configure
 
     settings = HookSettings.from_env()
     configure(settings.log_format, settings.log_level)

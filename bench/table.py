@@ -16,7 +16,7 @@ Rows (each with the goal the hook was built to):
 "Side by side": the two series of a ratio are sampled alternately (one of each per
 round), so both see the same machine. A sync is the full round trip Metacontroller sees
 (POST /sync of the steady-state recorded request over a kept-alive connection to the
-hook under ``gunicorn -c python:hooks.gunicorn_conf``); a direct probe is one
+hook under ``gunicorn -c python:hooks.shell.gunicorn_conf``); a direct probe is one
 ``GET /primary`` on a fresh connection (Patroni closes every connection), from the same
 process. Every sync reply is checked (strict parsing, Service kept, pinned on the leader).
 The hook runs as in production but for two settings the loopback rig needs: caller
@@ -49,9 +49,9 @@ from typing import Any
 from bench.common import check_sync_reply, encode, recorded_body, steady_body
 from bench.fakepatroni import HUNG, LEADER, REPLICA, fake_members
 from bench.load import measure
-from hooks.config import HookSettings
-from hooks.members import ProbeTarget
+from hooks.domain.members import ProbeTarget
 from hooks.patroni import PatroniProber
+from hooks.shell.config import HookSettings
 from standin.gunicorn import GunicornHook, gunicorn_hook
 
 DEADLINE = HookSettings().probe_deadline  # the production default, 2 s

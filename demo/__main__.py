@@ -136,7 +136,7 @@ def run(*, switchover: bool) -> int:
         print("2. Starting etcd and three Patroni members (pg-orders-0..2 on 127.0.0.2-4) ...")
         with PatroniCluster() as cluster:
             print(f"   cluster up in {cluster.startup_seconds:.1f} s, leader: {cluster.leader()}")
-            print("3. Serving the hook under gunicorn (hooks.gunicorn_conf) ...")
+            print("3. Serving the hook under gunicorn (hooks.shell.gunicorn_conf) ...")
             (workdir / "hook").mkdir()
             with gunicorn_hook(workdir / "hook", env=HOOK_ENV) as hook:
                 print(f"   hook at {hook.url}; its JSON logs: {hook.log_path}")

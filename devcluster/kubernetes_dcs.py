@@ -51,7 +51,7 @@ NODE = "pgfh-node-0"
 #: Patroni adds ``<scope_label>: <scope>`` itself (``scope_label`` default ``cluster-name``).
 LABELS: Mapping[str, str] = {"application": "patroni"}
 SCOPE_LABEL = "cluster-name"
-#: The StatefulSet controller's per-Pod label (``hooks.model.POD_NAME_LABEL``).
+#: The StatefulSet controller's per-Pod label (``hooks.domain.model.POD_NAME_LABEL``).
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 #: How long the member token lives: longer than any test run, short for a leaked one.
 TOKEN_SECONDS = 3600

@@ -65,12 +65,12 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.util import Url
 
-from hooks.config import HookSettings, PatroniTLS
-from hooks.members import MemberStatus, ProbeTarget
-from hooks.model import LEADER_PATHS, field_default
-from hooks.patroni_answer import head_verdict, status_from_body, too_large
-from hooks.policy import ProbePolicy
-from hooks.probe_failures import describe_failure
+from hooks.core.policy import ProbePolicy
+from hooks.domain.members import MemberStatus, ProbeTarget
+from hooks.domain.model import LEADER_PATHS, field_default
+from hooks.loaders.patroni_answer import head_verdict, status_from_body, too_large
+from hooks.shell.config import HookSettings, PatroniTLS
+from hooks.shell.probe_failures import describe_failure
 
 log = logging.getLogger(__name__)
 

@@ -5,15 +5,15 @@ so every rule can be tested with plain dicts. The rules, in the order they prote
 production (see the design card):
 
 1. A reply lists every observed child, except while the parent is being finalized:
-   Metacontroller deletes whatever a reply leaves out (:mod:`hooks.keeping`).
+   Metacontroller deletes whatever a reply leaves out (:mod:`hooks.core.keeping`).
 2. The Service moves only to a member that Patroni itself reports as the running
    leader, when exactly one member claims leadership and the leader's Pod is
-   selectable and not terminating (:func:`hooks.routing.choose_leader`). Anything
+   selectable and not terminating (:func:`hooks.core.routing.choose_leader`). Anything
    else keeps the observed selector, says why in a condition, and asks for a fast
    resync. How many members answered is reported (``MembersReachable``), not voted on.
 3. The status holds nothing that changes on every sync (no probe times, no WAL
    positions), and a condition's ``lastTransitionTime`` moves only when its status
-   does (:func:`hooks.conditions.stamped`), so Metacontroller's status write converges.
+   does (:func:`hooks.core.conditions.stamped`), so Metacontroller's status write converges.
 
 What the reply holds besides the hook's own status comes from the child parts
 (:mod:`hooks.parts`): the primary Service, the read-only Service, the backup CronJob.
@@ -22,13 +22,15 @@ What the reply holds besides the hook's own status comes from the child parts
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from hooks import parts, switchover
-from hooks.conditions import (
+from hooks import parts
+from hooks.core import switchover
+from hooks.core.conditions import (
     CONDITION_MEMBERS,
     CONDITION_NAME_GUARD,
     CONDITION_READY,
@@ -37,42 +39,17 @@ from hooks.conditions import (
     SPEC_ACCEPTED,
     SpecReason,
     kept,
-    members_condition,
-    name_guard_condition,
-    previous_conditions,
+    member_conditions,
     stamped,
 )
-from hooks.keeping import Keep, keeper
-from hooks.members import MemberStatus
-from hooks.model import ClusterSpec, Condition, ResyncTiming, SyncRequest
+from hooks.core.keeping import Keep, preserved
+from hooks.core.outcome import SyncOutcome
+from hooks.core.routing import Decision, Route, choose_leader
+from hooks.domain.members import MemberStatus
+from hooks.domain.model import ClusterSpec, Condition, ResyncTiming
+from hooks.domain.request import SyncRequest
 from hooks.parts.base import PartContext
 from hooks.parts.primary import keeping_phrase, observed_primary
-from hooks.probing import members_of
-from hooks.routing import Decision, Route, choose_leader, leader_timeline
-
-
-@dataclass(frozen=True, slots=True)
-class SyncOutcome:
-    """The reply body plus what the app needs for logs, metrics and Events."""
-
-    body: dict[str, Any]
-    decision: Decision
-    message: str
-    #: The pod the primary Service selected before this reply, and selects after it.
-    previous_primary: str | None
-    primary: str | None
-    #: The Ready condition's reason before this reply (from the parent's status).
-    previous_reason: str | None = None
-
-    @property
-    def transition(self) -> bool:
-        """Whether the decision differs from the one the parent's status records."""
-        return self.decision.value != self.previous_reason
-
-    @property
-    def primary_changed(self) -> bool:
-        """Whether this reply moves the Service to another pod."""
-        return self.primary != self.previous_primary and self.decision is Decision.ROUTED
 
 
 def reconcile(
@@ -89,9 +66,8 @@ def reconcile(
         outcome = _invalid_spec(request, now, timing)
     else:
         outcome = _route(request, request.spec, probes, now, timing)
-    ready = next((c for c in previous_conditions(request) if c["type"] == CONDITION_READY), {})
-    reason = ready.get("reason")
-    return replace(outcome, previous_reason=reason if isinstance(reason, str) else None)
+    ready = request.previous.ready
+    return replace(outcome, previous_reason=ready.reason if ready is not None else None)
 
 
 def _route(
@@ -102,9 +78,12 @@ def _route(
     timing: ResyncTiming,
 ) -> SyncOutcome:
     """A valid spec: decide the route, let every part plan, merge their replies."""
-    members = members_of(request, probes)
+    # One answer per related Pod, by name: its probe's, else unreachable ("no pod IP").
+    members = tuple(
+        probes.get(name) or MemberStatus.unknown(name, "no pod IP") for name in sorted(request.pods)
+    )
     route = choose_leader(request.pods, members, spec)
-    keep = keeper(request)
+    keep: Keep = functools.partial(preserved, namespace=request.namespace)
     context = PartContext(request, spec, members, route, keep)
     primary, *optional = [part.plan(context) for part in parts.PARTS]
     routed = primary.condition
@@ -121,11 +100,10 @@ def _route(
         [
             replace(routed, type=CONDITION_READY),
             routed,
-            members_condition(members),
-            name_guard_condition(members, spec),
+            *member_conditions(members, spec),
             SPEC_ACCEPTED,
             *(plan.condition for plan in optional if plan.condition is not None),
-            detection.condition(),
+            detection.condition,
         ],
     )
     children = [child for plan in (primary, *optional) for child in plan.children]
@@ -204,7 +182,7 @@ def _invalid_spec(request: SyncRequest, now: datetime, timing: ResyncTiming) -> 
             *kept(request, _optional_conditions()),
         ],
     )
-    keep = keeper(request)
+    keep: Keep = functools.partial(preserved, namespace=request.namespace)
     children = [keep(obj) for _, obj in sorted(request.services.items())]
     children += [
         keep(obj)
@@ -240,16 +218,10 @@ def _generation(request: SyncRequest) -> dict[str, Any]:
 
 
 def _previous_status(request: SyncRequest) -> dict[str, Any]:
-    status = request.parent.get("status")
-    result = copy.deepcopy(dict(status)) if isinstance(status, Mapping) else {}
+    """The parent's status as it is (a copy of what was observed), with this generation."""
+    result = copy.deepcopy(dict(request.previous.raw))
     result.update(_generation(request))
     return result
-
-
-def _previous_timeline(request: SyncRequest) -> int | None:
-    status = request.parent.get("status")
-    value = status.get("timeline") if isinstance(status, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _members_status(
@@ -257,9 +229,7 @@ def _members_status(
 ) -> dict[str, Any]:
     """``status.timeline``, ``members`` and ``membersAnswered``: stable fields only."""
     status: dict[str, Any] = {}
-    timeline = (
-        leader_timeline(members, route.leader) if route.routed else _previous_timeline(request)
-    )
+    timeline = route.timeline if route.routed else request.previous.timeline
     if timeline is not None:
         status["timeline"] = timeline
     status["members"] = [_member_status(m) for m in members]

@@ -18,7 +18,7 @@ A DEVELOPMENT STAND-IN, in simulated time. What it reproduces, from Metacontroll
   Events for that controller alone.
 
 And on the hook's side: every hook pod checks the token with the real
-:class:`hooks.auth.Authenticator` over a directory that the model's kubelet refreshes from the
+:class:`hooks.shell.auth.Authenticator` over a directory that the model's kubelet refreshes from the
 Secret at the pod's own period (a mounted Secret lags behind the API by up to about a minute).
 Client certificates are modelled as values with an expiry (the hook's TLS handshake refuses
 an expired one); cert-manager's renewal rewrites its Secret in place.
@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hooks.auth import Authenticator
-from hooks.config import AuthSettings
+from hooks.shell.auth import Authenticator
+from hooks.shell.config import AuthSettings
 from ops.rotate import EVENT_CREATE_ERROR, EVENT_STARTED, Names, RotationError
 
 EVENT_STOPPED = "Stopped"

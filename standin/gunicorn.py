@@ -79,9 +79,9 @@ def gunicorn_hook(
     threads: int = 8,
     ready_timeout: float = 30.0,
     ca_file: Path | None = None,
-    app: str = "hooks.app:create_app()",
+    app: str = "hooks.shell.app:create_app()",
 ) -> Iterator[GunicornHook]:
-    """Start ``gunicorn -c python:hooks.gunicorn_conf 'hooks.app:create_app()'``.
+    """Start ``gunicorn -c python:hooks.shell.gunicorn_conf 'hooks.shell.app:create_app()'``.
 
     Caller authentication is on, as in production: unless ``env`` sets ``PGFH_AUTH``
     itself, a random token is written to ``<workdir>/auth/token`` and returned in
@@ -117,7 +117,7 @@ def gunicorn_hook(
     gunicorn = Path(sys.executable).with_name("gunicorn")
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [str(gunicorn), "-c", "python:hooks.gunicorn_conf", app],
+            [str(gunicorn), "-c", "python:hooks.shell.gunicorn_conf", app],
             cwd=REPO,
             env=environment,
             stdout=log,

@@ -38,7 +38,7 @@ from standin.gunicorn import GunicornHook, free_port, serving
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOYMENT = REPO / "deploy" / "base" / "deployment.yaml"
-DEFAULT_APP = "hooks.app:create_app()"
+DEFAULT_APP = "hooks.shell.app:create_app()"
 #: Where ``workdir`` appears inside the container (read-only), for files that ``env`` names.
 RIG_DIR = "/run/pgfh-rig"
 

@@ -12,10 +12,10 @@ import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from hooks.members import MemberStatus
-from hooks.model import CRONJOB_KEY, ENDPOINTSLICE_KEY, JOB_KEY
+from hooks.core.outcome import SyncOutcome
+from hooks.domain.members import MemberStatus
+from hooks.domain.model import CRONJOB_KEY, ENDPOINTSLICE_KEY, JOB_KEY
 from hooks.parts import readonly_objects
-from hooks.sync import SyncOutcome
 from standin.apply import World, apply_reply
 from tests.helpers import (
     CLUSTER,
@@ -24,6 +24,7 @@ from tests.helpers import (
     P1,
     P2,
     PARENT_UID,
+    loaded_pod,
     make_pod,
     member_ip,
     seed_spec,
@@ -149,7 +150,7 @@ def observed(*desired: Mapping[str, Any]) -> list[dict[str, Any]]:
 def listed_slice(names: Iterable[str], service: str = READ_ONLY) -> dict[str, Any]:
     """An observed IPv4 slice of ``service`` that lists ``names`` (at their usual IPs)."""
     endpoints = [
-        readonly_objects.endpoint(n, make_pod(n), _ip(member_ip(n)), NAMESPACE)
+        readonly_objects.endpoint(n, loaded_pod(make_pod(n)), _ip(member_ip(n)), NAMESPACE)
         for n in sorted(names)
     ]
     ports = [{"name": "postgresql", "port": 5432, "protocol": "TCP"}]
@@ -159,7 +160,7 @@ def listed_slice(names: Iterable[str], service: str = READ_ONLY) -> dict[str, An
 
 def read_only_service(name: str = READ_ONLY) -> dict[str, Any]:
     """An observed read-only Service, as the hook created it with the seed spec."""
-    from hooks.schemas import load_spec
+    from hooks.loaders.schemas import load_spec
 
     spec, _ = load_spec(rs_spec(name=name))
     assert spec is not None and spec.replica_service is not None

@@ -8,8 +8,8 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from hooks.app import create_app
-from hooks.config import HookSettings
+from hooks.shell.app import create_app
+from hooks.shell.config import HookSettings
 from tests.helpers import NO_AUTH, NOW, FakeProber
 
 # The real 3-member Patroni cluster (session scope): see tests/patroni_fixtures.py; the real

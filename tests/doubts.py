@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hooks.members import MemberStatus
-from hooks.routing import Decision
+from hooks.core.routing import Decision
+from hooks.domain.members import MemberStatus
 from tests.helpers import (
     P0,
     P1,

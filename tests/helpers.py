@@ -9,13 +9,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hooks.config import AuthSettings
-from hooks.envelope import load_sync_request
-from hooks.members import MemberStatus, ProbeTarget
-from hooks.model import ResyncTiming, SyncRequest
-from hooks.probing import probe_targets
-from hooks.switchover import spread_resync
-from hooks.sync import SyncOutcome, reconcile
+from hooks.core import keeping
+from hooks.core.outcome import SyncOutcome
+from hooks.core.probing import probe_targets
+from hooks.core.switchover import spread_resync
+from hooks.domain.members import MemberStatus, ProbeTarget
+from hooks.domain.model import ResyncTiming
+from hooks.domain.observed import Child, Pod
+from hooks.domain.request import SyncRequest
+from hooks.loaders.envelope import load_sync_request
+from hooks.loaders.observed import load_child, load_pod, load_pods
+from hooks.shell.config import AuthSettings
+from hooks.sync import reconcile
 from tests.patroni_wire import patroni_body
 
 #: For tests of what the hook answers, not of who may ask: the app's default requires a
@@ -38,7 +43,7 @@ def polled(body: dict[str, Any]) -> dict[str, Any]:
 
     The recorded fixtures come from a Kubernetes-DCS cluster, whose member Pods carry
     Patroni's ``role`` label and ``status`` annotation; with both agreeing with Patroni,
-    the hook asks for the long event-driven resync (hooks/switchover.py). A test of a
+    the hook asks for the long event-driven resync (hooks/core/switchover.py). A test of a
     polled cluster's resync or status strips them here (in place; returns ``body``).
     """
     for pod in body.get("related", {}).get("Pod.v1", {}).values():
@@ -79,6 +84,29 @@ class FakeProber:
             t.pod: self.answers.get(t.pod) or MemberStatus.unknown(t.pod, "connection refused")
             for t in targets
         }
+
+
+# ------------------------------------- raw objects as the loaders type them (hooks.loaders)
+
+
+def loaded_pod(raw: Mapping[str, Any]) -> Pod:
+    """A raw Pod as :mod:`hooks.loaders.observed` loads it (named by its own metadata)."""
+    return load_pod("Pod.v1", raw["metadata"]["name"], raw)
+
+
+def loaded_pods(raw: Mapping[str, Mapping[str, Any]]) -> dict[str, Pod]:
+    return load_pods("Pod.v1", raw)
+
+
+def loaded_child(raw: Mapping[str, Any], group: str | None = None) -> Child:
+    """A raw observed child as loaded under ``group`` (default: its own kind and apiVersion)."""
+    group = group or f"{raw.get('kind')}.{raw.get('apiVersion')}"
+    return load_child(group, raw["metadata"]["name"], raw)
+
+
+def preserved(raw: Mapping[str, Any], group: str | None = None) -> dict[str, Any]:
+    """:func:`hooks.core.keeping.preserved` of a raw observed child (see :func:`loaded_child`)."""
+    return keeping.preserved(loaded_child(raw, group))
 
 
 # ------------------------------------------------- the pipeline without HTTP (one copy)

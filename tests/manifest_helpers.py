@@ -52,9 +52,9 @@ POD_LABELS = {"app.kubernetes.io/name": HOOK_NAME, "app.kubernetes.io/component"
 #: The finalizer Metacontroller puts on parents is named after the CompositeController; the
 #: recorded requests in tests/fixtures carry this one.
 FINALIZER = "metacontroller.io/compositecontroller-pg-failover-hook"
-#: The hook's overall Patroni probe deadline (hooks.config.HookSettings.probe_deadline).
+#: The hook's overall Patroni probe deadline (hooks.shell.config.HookSettings.probe_deadline).
 PROBE_DEADLINE_SECONDS = 2.0
-#: gunicorn's graceful_timeout as documented, if hooks.gunicorn_conf cannot be imported.
+#: gunicorn's graceful_timeout as documented, if hooks.shell.gunicorn_conf cannot be imported.
 DOCUMENTED_GRACEFUL_TIMEOUT = 20
 
 #: Kinds that kubernetes-validate has no schema for, and the test that checks each instead.

@@ -22,11 +22,11 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from hooks.app import create_app
-from hooks.config import HookSettings
-from hooks.model import ResyncTiming
+from hooks.core.policy import ProbePolicy, parse_networks, parse_ports
+from hooks.domain.model import ResyncTiming
 from hooks.patroni import PatroniProber
-from hooks.policy import ProbePolicy, parse_networks, parse_ports
+from hooks.shell.app import create_app
+from hooks.shell.config import HookSettings
 from tests import fakes
 from tests.fakes import Behaviour, FakeCluster, FakeMember
 from tests.helpers import NO_AUTH, NOW, fixture, polled, spread

@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 
-from hooks.keeping import preserved
-from hooks.model import BACKUP_OF_LABEL, CRONJOB_KEY, LAST_APPLIED_ANNOTATION
+from hooks.core.routing import Decision
+from hooks.domain.model import BACKUP_OF_LABEL, CRONJOB_KEY, LAST_APPLIED_ANNOTATION
+from hooks.loaders.envelope import RequestError
+from hooks.loaders.schemas import load_spec
 from hooks.parts import backup, backup_cronjob
-from hooks.routing import Decision
-from hooks.schemas import load_spec
 from tests.child_helpers import (
     backup_fields,
     children_of,
@@ -39,7 +39,7 @@ from tests.child_helpers import (
     request_body,
 )
 from tests.doubts import DOUBTS
-from tests.helpers import P0, PARENT_UID, fed_back, make_service, run, seed_spec
+from tests.helpers import P0, PARENT_UID, fed_back, make_service, preserved, run, seed_spec
 from tests.manifest_helpers import restricted_problems
 
 PRIMARY = make_service(pod=P0)
@@ -597,10 +597,14 @@ def test_garbage_in_a_recorded_status_is_dropped() -> None:
         assert backup_status([], {"lastSuccessful": record}) == {"cronJob": CRONJOB}
 
 
-def test_junk_labels_on_a_job_do_not_count_as_this_cluster_s() -> None:
+def test_junk_labels_on_a_job_refuse_the_request() -> None:
+    """Labels that are not a map of strings cannot be read: a broken request (400), which
+    changes nothing, rather than a Job that silently does not count."""
     stray = job("pg-orders-backup-29002", complete="2026-08-19T02:19:44Z")
     stray["metadata"]["labels"] = "junk"
-    assert backup_status([stray]) == {"cronJob": CRONJOB}
+    body = request_body(spec=spec_with(), jobs=[stray])
+    with pytest.raises(RequestError, match=r"Job.batch/v1\['pg-orders-backup-29002'\] has "):
+        run(body, cluster_answers(P0))
 
 
 def test_the_related_rule_selects_this_clusters_jobs_by_uid() -> None:

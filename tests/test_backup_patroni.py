@@ -23,8 +23,8 @@ import pytest
 
 from devcluster import PatroniCluster
 from devcluster.cluster import REPLICATION_USER, SUPERUSER
+from hooks.loaders.schemas import load_spec
 from hooks.parts import backup_cronjob
-from hooks.schemas import load_spec
 from standin.harness import CLUSTER, NAMESPACE, PARENT_UID, PRIMARY_SELECTOR, SERVICE
 
 pytestmark = [pytest.mark.patroni, pytest.mark.slow]

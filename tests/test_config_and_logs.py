@@ -1,4 +1,4 @@
-"""Unit tests of the hook's settings (:mod:`hooks.config`) and JSON logs (:mod:`hooks.logs`).
+"""Unit tests of the hook's settings (:mod:`hooks.shell.config`) and logs (:mod:`hooks.shell.logs`).
 
 Test design notes
 -----------------
@@ -10,7 +10,7 @@ Test design notes
 * Values that ``float()`` accepts but that make no sense (``nan``, ``inf``, a fraction
   for a thread count) are refused too, naming the variable.
 * Logs are captured with a ``StreamHandler`` on a ``StringIO`` whose formatter and filter
-  are built from the project's own :func:`hooks.logs.logging_config` dict, attached to a
+  are built from the project's own :func:`hooks.shell.logs.logging_config` dict, attached to a
   private logger, so the global logging configuration (and pytest's capture) is never
   touched. Each line is parsed as JSON and the bound fields are looked up by key.
 """
@@ -30,9 +30,9 @@ from typing import Any
 
 import pytest
 
-from hooks.config import HookSettings, closes_connection
-from hooks.logs import ContextFilter, bound, logging_config
-from hooks.model import ResyncTiming
+from hooks.domain.model import ResyncTiming
+from hooks.shell.config import HookSettings, closes_connection
+from hooks.shell.logs import ContextFilter, bound, logging_config
 
 # ===================================================================== settings
 

@@ -4,8 +4,8 @@
 
 * every spec the docs call invalid that a CRD can refuse (OpenAPI bounds, enums, patterns,
   ``x-kubernetes-validations`` CEL for the cross-field rules) is refused at create time with a
-  message naming the field, and the hook's own loader (``hooks.schemas.load_spec``) refuses the
-  same spec naming that field or its parent: one table, both ways;
+  message naming the field, and the hook's own loader (``hooks.loaders.schemas.load_spec``)
+  refuses the same spec naming that field or its parent: one table, both ways;
 * every PostgreSQLCluster in the repository (the examples, the full CRs in the docs, the parents
   of the recorded Metacontroller requests) is accepted;
 * the server's defaults are the loader's: the defaulted spec the server stores loads to the same
@@ -35,7 +35,7 @@ from marshmallow import Schema, fields, missing
 
 from controlplane import ControlPlane
 from controlplane.rest import KubeApiError, KubeRest
-from hooks.schemas import ClusterSpecSchema, load_spec
+from hooks.loaders.schemas import ClusterSpecSchema, load_spec
 from tests.manifest_helpers import CRD_FILE, EXAMPLE_FULL, EXAMPLE_SEED, FIXTURES, REPO, load_one
 
 API = "/apis/adg.io/v1alpha1"

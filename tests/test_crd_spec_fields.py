@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hooks.schemas import load_spec
+from hooks.loaders.schemas import load_spec
 from tests.child_helpers import MIB, backup_fields, rs_spec
 from tests.manifest_helpers import crd_schema, pruned_fields, validate_cr, with_defaults
 

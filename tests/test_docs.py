@@ -36,7 +36,7 @@ from pathlib import Path
 
 import yaml
 
-from hooks.config import HookSettings
+from hooks.shell.config import HookSettings
 from tests.test_troubleshooting import emitted, printer_columns
 
 REPO = Path(__file__).resolve().parent.parent
@@ -91,8 +91,8 @@ def layout_rows(text: str) -> Iterator[tuple[list[str], str]]:
 
 
 def _expand(paths: list[str]) -> list[str]:
-    """``hooks/config.py``, ``logs.py`` in one cell: a bare name is in the previous one's
-    directory (``hooks/logs.py``)."""
+    """``hooks/shell/config.py``, ``logs.py`` in one cell: a bare name is in the previous one's
+    directory (``hooks/shell/logs.py``)."""
     expanded: list[str] = []
     directory = ""
     for path in paths:
@@ -184,11 +184,11 @@ def test_the_layout_check_catches_a_new_module_and_a_stale_row() -> None:
     ]
     paths = {p for ps, _ in rows for p in ps}
     assert not covered("hooks/b.py", paths)
-    assert covered("hooks/", paths) and not covered("hooks/plugin/", paths)
+    assert covered("hooks/", paths) and not covered("pgfh_plugin/", paths)
     # The real tree: the README covers hooks/sync.py, bench/README.md covers bench/load.py.
     assert listed()["hooks/sync.py"] == "README.md"
     assert listed()["bench/load.py"] == "bench/README.md"
-    assert {"hooks/sync.py", "hooks/plugin/cli.py", "deploy/base/", "standin/apply.py"} <= units()
+    assert {"hooks/sync.py", "pgfh_plugin/cli.py", "deploy/base/", "standin/apply.py"} <= units()
 
 
 # ---------------------------------------------------------------------------- settings
@@ -226,7 +226,7 @@ def read_by_the_hook() -> set[str]:
     """Every environment variable the hook's code reads (the plugin is a separate tool)."""
     names: set[str] = set()
     for path in tree():
-        if path.startswith("hooks/") and path.endswith(".py") and "/plugin/" not in path:
+        if path.startswith("hooks/") and path.endswith(".py"):
             names |= names_in((REPO / path).read_text(encoding="utf-8"))
     return names
 

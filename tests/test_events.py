@@ -7,7 +7,6 @@ so the wire format (path, JSON body) is the client's own, not a mock's.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import json
@@ -20,14 +19,17 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from hooks.app import create_app
-from hooks.cluster_event import event_for
-from hooks.config import HookSettings
-from hooks.envelope import load_sync_request
-from hooks.events import EventEmitter
-from hooks.model import ResyncTiming, SyncRequest
-from hooks.routing import Decision
-from hooks.sync import SyncOutcome, reconcile
+from hooks.core.cluster_event import event_for
+from hooks.core.outcome import SyncOutcome
+from hooks.core.routing import Decision
+from hooks.domain.model import ResyncTiming
+from hooks.domain.observed import PreviousStatus
+from hooks.domain.request import SyncRequest
+from hooks.loaders.envelope import load_sync_request
+from hooks.shell.app import create_app
+from hooks.shell.config import HookSettings
+from hooks.shell.events import EventEmitter
+from hooks.sync import reconcile
 from tests.helpers import NO_AUTH, NOW, FakeProber, fixture, leader, replica
 
 
@@ -313,7 +315,13 @@ def test_an_invalid_spec_transition_gives_a_warning_event() -> None:
 
 def test_a_parent_without_metadata_kind_or_api_version_gets_the_defaults() -> None:
     request, outcome = _no_leader()
-    bare = dataclasses.replace(request, parent={})
+    bare = dataclasses.replace(
+        request,
+        uid=None,
+        api_version="adg.io/v1alpha1",
+        kind="PostgreSQLCluster",
+        previous=PreviousStatus(),
+    )
     event = event_for(bare, outcome)
     assert event is not None
     assert event.regarding == {
@@ -330,22 +338,24 @@ def test_a_parent_without_metadata_kind_or_api_version_gets_the_defaults() -> No
 
 def test_a_parent_without_a_uid_is_named_from_an_empty_uid() -> None:
     request, outcome = _no_leader()
-    parent = copy.deepcopy(dict(request.parent))
-    del parent["metadata"]["uid"]
-    parent.pop("status", None)
-    event = event_for(dataclasses.replace(request, parent=parent), outcome)
+    event = event_for(dataclasses.replace(request, uid=None, previous=PreviousStatus()), outcome)
     assert event is not None
     assert event.regarding["uid"] == ""
     key = "|".join(["", "NoLeader", str(outcome.primary), ""])
     assert event.name == f"pg-orders.{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
+def _identity(body: dict[str, Any]) -> dict[str, str]:
+    loaded = load_sync_request(body)
+    return {"api_version": loaded.api_version, "kind": loaded.kind}
+
+
 def test_the_regarding_reference_is_the_parents_own_kind_and_api_version() -> None:
     request, outcome = _no_leader()
-    parent = copy.deepcopy(dict(request.parent))
-    parent["apiVersion"] = "adg.io/v1beta1"
-    parent["kind"] = "OtherCluster"
-    event = event_for(dataclasses.replace(request, parent=parent), outcome)
+    body = fixture("sync-no-leader-during-failover.json")
+    body["parent"]["apiVersion"] = "adg.io/v1beta1"
+    body["parent"]["kind"] = "OtherCluster"
+    event = event_for(dataclasses.replace(request, **_identity(body)), outcome)
     assert event is not None
     assert event.regarding["apiVersion"] == "adg.io/v1beta1"
     assert event.regarding["kind"] == "OtherCluster"

@@ -194,7 +194,7 @@ def test_resync_period_zero_means_every_second() -> None:
 def test_recommended_5000_meets_the_api_targets_and_the_lag_targets_with_phase_spread() -> None:
     """At 5,000 clusters the API budget and the event-less lag hold with the recommended
     settings; the Pod-changing p99 <= 1 s holds only with phase-spread resyncs (the hook's,
-    hooks.switchover.spread_resync): without them the fleet stays in one clump after a
+    hooks.core.switchover.spread_resync): without them the fleet stays in one clump after a
     restart and p99 sits around 1 s (0.75-1.16 s over three seeds; docs/scale.md)."""
     mc, policy, pods, threads = fleet.recommended(5000)
     assert policy.spread, "the hook always spreads its healthy resyncs"

@@ -43,9 +43,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
-from hooks.app import create_app
-from hooks.config import HookSettings
-from hooks.members import MemberStatus, ProbeTarget
+from hooks.domain.members import MemberStatus, ProbeTarget
+from hooks.shell.app import create_app
+from hooks.shell.config import HookSettings
 from standin.apply import HookError, check_reply
 from tests.helpers import (
     NO_AUTH,

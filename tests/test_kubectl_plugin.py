@@ -40,7 +40,7 @@ import pytest
 import yaml
 from flask.testing import FlaskClient
 
-from hooks.plugin import checks, cli, style
+from pgfh_plugin import checks, cli, style
 from standin.apply import World, apply_reply, check_reply
 from tests.child_helpers import MIB, READ_ONLY, answer, backup_fields
 from tests.helpers import P0, P1, P2, FakeProber, down, fixture

@@ -11,7 +11,7 @@ has them:
   (:class:`controlplane.kubelet.KubeletStandIn`) reports Running with the Pod IPs of
   :mod:`controlplane.podnet` (``198.18.0.N`` for ``127.0.0.N``) and Ready from each Pod's
   readiness probe, Patroni's ``GET /readiness``, answered by a small loopback server per member;
-* the PostgreSQLCluster, synced by the real hook (``hooks.app.create_app`` in process, a
+* the PostgreSQLCluster, synced by the real hook (``hooks.shell.app.create_app`` in process, a
   :class:`tests.helpers.FakeProber` playing the members' Patroni) on requests built from the
   real objects (``/customize`` says which Pods are related), its replies applied as
   Metacontroller v4.17 does: children created with the ``controller-uid`` label and a
@@ -60,8 +60,8 @@ from controlplane.binaries import pinned_version
 from controlplane.kubelet import POD_IP_ANNOTATION, KubeletStandIn
 from controlplane.podnet import pod_ip
 from controlplane.rest import KubeRest, resource_path
-from hooks.app import create_app
-from hooks.config import HookSettings
+from hooks.shell.app import create_app
+from hooks.shell.config import HookSettings
 from tests.child_helpers import MIB, READ_ONLY, answer
 from tests.helpers import NO_AUTH, FakeProber
 from tests.test_kubectl_plugin import MC_NAME, MC_NS, metacontroller_deployment

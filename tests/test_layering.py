@@ -1,17 +1,23 @@
-"""The import contracts in ``pyproject.toml`` hold, cannot shrink, and do catch a violation.
+"""The import contracts in ``pyproject.toml``: one per folder, none weakened, each one biting.
 
-``make lint`` runs ``lint-imports`` (import-linter) over the contracts: the pure core
-imports no web framework, HTTP or Kubernetes client, prober, settings, environment or
-other I/O; ``hooks.model`` imports only the standard library; the kubectl plugin and the
-hook stay apart. What import-linter cannot check by itself is tested here:
+``make lint`` runs ``lint-imports`` (import-linter) over the contracts, one per layer: the
+domain (``hooks/domain/``) imports only the standard library's pure modules; the loaders
+(``hooks/loaders/``) the domain and marshmallow; the pure core (``hooks/core/``) the domain;
+the parts (``hooks/parts/``) the core and the domain; ``hooks/sync.py`` the core, the parts
+and the domain; ``hooks/patroni.py`` (the prober) no web framework and no decision; the shell
+(``hooks/shell/``) everything but the kubectl plugin, which (``pgfh_plugin/``) imports no web
+framework, prober or shell. What import-linter cannot check by itself is tested here:
 
-* that a contract is not weakened: every module under ``hooks/`` is either in the
-  pure-core contract or named below as part of the shell (a new module fails until it is
-  put on one side), and the forbidden lists keep what they forbid;
-* that the tool really fails on a forbidden import: a copy of ``hooks/`` and
-  ``pyproject.toml`` with one forbidden import added must break the contract it names,
-  while the unmodified copy passes (so the failure is the added line's, not the copy's);
-* that importing the core loads no forbidden third-party package at run time, which
+* that the folders and the contracts match one to one: every folder of ``hooks/`` (and each
+  module left at its top, and the plugin's package) is the one source of exactly one
+  contract whose id is its name, and no contract names anything else, so a new folder or
+  module fails until it is put under a contract;
+* that a contract is not weakened: each keeps what it forbids (the layers above it, the
+  I/O and the settings for the pure layers);
+* that the tool really fails on a forbidden import: a copy of the tree with one forbidden
+  import added must break the contract it names, while the unmodified copy passes (so the
+  failure is the added line's, not the copy's);
+* that importing the pure layers loads no forbidden third-party package at run time, which
   catches what a static reader cannot see (an import inside a dependency).
 """
 
@@ -29,61 +35,79 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+PLUGIN = "pgfh_plugin"
 
-#: The I/O shell around the core, and the kubectl plugin: everything under hooks/ that is
-#: not in the pure-core contract. A new module goes either here or in the contract.
-SHELL = {
-    "hooks",
-    "hooks.app",
-    "hooks.auth",
-    "hooks.config",
-    "hooks.events",
-    "hooks.gunicorn_conf",
-    "hooks.handler",
-    "hooks.logs",
-    "hooks.metrics",
-    "hooks.patroni",
-    "hooks.probe_failures",
+#: The pure layers, from the bottom up, and what each must never import besides I/O: every
+#: layer above it (and the ones beside it that it does not build on).
+PURE = {
+    "domain": {"hooks.loaders", "hooks.core", "hooks.parts", "hooks.sync", "hooks.shell"},
+    "loaders": {"hooks.core", "hooks.parts", "hooks.sync", "hooks.shell"},
+    "core": {"hooks.loaders", "hooks.parts", "hooks.sync", "hooks.shell"},
+    "parts": {"hooks.loaders", "hooks.sync", "hooks.shell"},
+    "sync": {"hooks.loaders", "hooks.shell"},
 }
-PLUGIN = "hooks.plugin"
-#: What the pure core must never reach, whatever else the contract adds.
-CORE_FORBIDS = {
+#: What no pure layer may reach, whatever else its contract adds.
+PURE_FORBIDS = {
     "flask", "werkzeug", "gunicorn", "requests", "urllib3", "kubernetes",
-    "hooks.app", "hooks.patroni", "hooks.config", "os", "posix", "sys", "importlib",
+    "hooks.patroni", PLUGIN, "os", "posix", "sys", "importlib", "socket", "time", "logging",
 }  # fmt: skip
 
 
+def _config() -> dict[str, Any]:
+    config: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"][
+        "importlinter"
+    ]
+    return config
+
+
 def _contracts() -> dict[str, dict[str, Any]]:
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    assert config["root_package"] == "hooks"
+    config = _config()
+    assert sorted(config["root_packages"]) == ["hooks", PLUGIN]
     assert config.get("include_external_packages") is True  # else nothing external is seen
     return {contract["id"]: contract for contract in config["contracts"]}
 
 
-def _modules() -> set[str]:
-    """Every module under hooks/, dotted (packages by their own name)."""
-    found = set()
-    for path in (ROOT / "hooks").rglob("*.py"):
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        found.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+def _layers() -> dict[str, str]:
+    """Layer name → its dotted package or module: hooks' folders, its top modules, the plugin."""
+    hooks = ROOT / "hooks"
+    layers = {p.name: f"hooks.{p.name}" for p in hooks.iterdir() if (p / "__init__.py").is_file()}
+    layers |= {p.stem: f"hooks.{p.stem}" for p in hooks.glob("*.py") if p.stem != "__init__"}
+    layers[PLUGIN] = PLUGIN
+    return layers
+
+
+def _modules(package: str) -> list[str]:
+    """Every module of a layer, dotted (a package by its own name)."""
+    path = ROOT / package.replace(".", "/")
+    if path.with_suffix(".py").is_file():
+        return [package]
+    found = []
+    for file in sorted(path.rglob("*.py")):
+        parts = file.relative_to(ROOT).with_suffix("").parts
+        found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return found
 
 
-# =============================================================== cannot shrink
+# ================================================================ one to one
 
 
-def test_every_module_is_in_the_pure_core_contract_or_named_as_shell() -> None:
-    core = set(_contracts()["pure-core"]["source_modules"])
-    modules = _modules()
-    plugin = {m for m in modules if m == PLUGIN or m.startswith(f"{PLUGIN}.")}
-    assert core <= modules, f"the contract names modules that do not exist: {core - modules}"
-    assert not core & SHELL
-    unplaced = modules - core - SHELL - plugin
-    assert not unplaced, (
-        f"{sorted(unplaced)}: add each to the pure-core contract in pyproject.toml "
-        "(source_modules) or, if it does I/O, to SHELL here"
+def test_the_folders_and_the_contracts_match_one_to_one() -> None:
+    contracts = _contracts()
+    layers = _layers()
+    assert sorted(contracts) == sorted(layers), (
+        f"folders without a contract: {sorted(set(layers) - set(contracts))}; contracts "
+        f"without a folder: {sorted(set(contracts) - set(layers))} (pyproject.toml, "
+        "[tool.importlinter]: one contract per folder of hooks/, id = the folder's name)"
     )
-    assert modules >= SHELL, f"SHELL names modules that do not exist: {SHELL - modules}"
+    for name, contract in contracts.items():
+        assert contract["source_modules"] == [layers[name]], name
+
+
+def test_the_layers_are_the_ones_the_design_card_names() -> None:
+    assert set(_layers()) == {*PURE, "shell", "patroni", PLUGIN}
+
+
+# =============================================================== cannot shrink
 
 
 def test_no_contract_is_weakened() -> None:
@@ -91,16 +115,20 @@ def test_no_contract_is_weakened() -> None:
     for contract in contracts.values():
         assert contract["type"] == "forbidden"
         assert contract.get("allow_indirect_imports", False) is False, contract["id"]
+        assert contract.get("as_packages", True) is True, contract["id"]
         assert not contract.get("ignore_imports"), contract["id"]
-    assert set(contracts["pure-core"]["forbidden_modules"]) >= CORE_FORBIDS
-    assert contracts["model"]["source_modules"] == ["hooks.model"]
-    assert {"hooks.*", "marshmallow", "flask"} <= set(contracts["model"]["forbidden_modules"])
-    assert contracts["plugin-apart"]["source_modules"] == [PLUGIN]
-    assert {"flask", "werkzeug", "gunicorn", "hooks.app", "hooks.patroni"} <= set(
-        contracts["plugin-apart"]["forbidden_modules"]
+    for layer, above in PURE.items():
+        forbidden = set(contracts[layer]["forbidden_modules"])
+        assert forbidden >= above | PURE_FORBIDS, (layer, sorted(above | PURE_FORBIDS - forbidden))
+    assert {"marshmallow", "pythonjsonlogger"} <= set(contracts["domain"]["forbidden_modules"])
+    assert "marshmallow" in contracts["core"]["forbidden_modules"]
+    assert set(contracts["shell"]["forbidden_modules"]) == {PLUGIN}
+    assert {"flask", "werkzeug", "gunicorn", "hooks.shell", "hooks.patroni"} <= set(
+        contracts[PLUGIN]["forbidden_modules"]
     )
-    assert contracts["hook-without-plugin"]["forbidden_modules"] == [PLUGIN]
-    assert "hooks.app" in contracts["hook-without-plugin"]["source_modules"]
+    assert {"flask", "kubernetes", "hooks.sync", "hooks.shell.app"} <= set(
+        contracts["patroni"]["forbidden_modules"]
+    )
 
 
 # ================================================================ does fail
@@ -122,9 +150,12 @@ def _lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """hooks/ and pyproject.toml in a scratch directory; the unmodified copy passes."""
+    """hooks/, pgfh_plugin/ and pyproject.toml in a scratch directory; the copy passes."""
     tree = tmp_path_factory.mktemp("layering")
-    shutil.copytree(ROOT / "hooks", tree / "hooks", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("hooks", PLUGIN):
+        shutil.copytree(
+            ROOT / package, tree / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
     shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
     result = _lint_imports(tree)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -134,20 +165,22 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(
     ("module", "line", "imported", "contract"),
     [
-        ("hooks/model.py", "import flask", "flask", "pure-core"),
-        ("hooks/sync.py", "import os", "os", "pure-core"),
-        ("hooks/parts/readonly.py", "from os import environ", "os", "pure-core"),
-        ("hooks/parts/backup.py", "from hooks import config", "hooks.config", "pure-core"),
-        ("hooks/model.py", "from hooks import members", "hooks.members", "model"),
-        ("hooks/plugin/cli.py", "import flask", "flask", "plugin-apart"),
-        (
-            "hooks/app.py",
-            "from hooks.plugin import report",
-            "hooks.plugin.report",
-            "hook-without-plugin",
-        ),
+        ("hooks/domain/model.py", "import flask", "flask", "domain"),
+        ("hooks/domain/model.py", "from hooks.core import routing", "hooks.core.routing", "domain"),
+        ("hooks/domain/members.py", "import marshmallow", "marshmallow", "domain"),
+        ("hooks/loaders/envelope.py", "from hooks.core import keeping", "hooks.core.keeping",
+         "loaders"),
+        ("hooks/core/routing.py", "from hooks.loaders import envelope", "hooks.loaders.envelope",
+         "core"),
+        ("hooks/core/keeping.py", "import time", "time", "core"),
+        ("hooks/sync.py", "import os", "os", "sync"),
+        ("hooks/parts/readonly.py", "from os import environ", "os", "parts"),
+        ("hooks/parts/backup.py", "from hooks.shell import config", "hooks.shell.config", "parts"),
+        ("hooks/patroni.py", "import flask", "flask", "patroni"),
+        ("pgfh_plugin/cli.py", "import flask", "flask", PLUGIN),
+        ("hooks/shell/app.py", "from pgfh_plugin import report", "pgfh_plugin.report", "shell"),
     ],
-)
+)  # fmt: skip
 def test_a_forbidden_import_breaks_the_contract_it_names(
     copy: Path, module: str, line: str, imported: str, contract: str
 ) -> None:
@@ -169,15 +202,16 @@ def test_a_forbidden_import_breaks_the_contract_it_names(
 # ============================================================ at run time
 
 
-def test_importing_the_core_in_a_fresh_interpreter_loads_no_forbidden_package() -> None:
-    core = _contracts()["pure-core"]["source_modules"]
+def test_importing_the_pure_layers_in_a_fresh_interpreter_loads_no_forbidden_package() -> None:
+    pure = [m for layer in PURE for m in _modules(_layers()[layer])]
+    assert "hooks.core.routing" in pure and "hooks.parts.readonly" in pure
     third_party = ("flask", "werkzeug", "gunicorn", "requests", "urllib3", "kubernetes")
+    impure = ("hooks.shell", "hooks.patroni", PLUGIN)
     probe = (
         "import importlib, sys\n"
-        f"for m in {core!r}: importlib.import_module(m)\n"
-        f"bad = [m for m in sys.modules for b in {third_party!r} "
+        f"for m in {pure!r}: importlib.import_module(m)\n"
+        f"bad = [m for m in sys.modules for b in {third_party + impure!r} "
         "if m == b or m.startswith(b + '.')]\n"
-        "bad += [m for m in ('hooks.app', 'hooks.patroni', 'hooks.config') if m in sys.modules]\n"
         "print(','.join(sorted(bad)))\n"
     )
     result = subprocess.run(
@@ -189,4 +223,4 @@ def test_importing_the_core_in_a_fresh_interpreter_loads_no_forbidden_package() 
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         check=True,
     )
-    assert result.stdout.strip() == "", f"importing the core loaded: {result.stdout.strip()}"
+    assert result.stdout.strip() == "", f"importing the pure layers loaded: {result.stdout.strip()}"

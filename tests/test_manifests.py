@@ -225,7 +225,7 @@ def test_structural_check_negative_control() -> None:
 
 def test_the_crd_spec_and_the_hooks_marshmallow_schema_name_the_same_fields() -> None:
     """One contract, two readers: the API server (CRD) and the hook (marshmallow)."""
-    from hooks import part_schemas, schemas
+    from hooks.loaders import part_schemas, schemas
 
     spec = crd_schema()["properties"]["spec"]["properties"]
     readers = {
@@ -554,8 +554,8 @@ def test_unknown_cr_field_is_reported_as_pruned() -> None:
 
 
 def test_crd_defaults_match_the_hooks_own_defaults() -> None:
-    """The CRD (server-side defaults) and hooks.schemas (hook-side defaults) agree."""
-    from hooks.schemas import load_spec
+    """The CRD (server-side defaults) and hooks.loaders.schemas (hook-side defaults) agree."""
+    from hooks.loaders.schemas import load_spec
 
     schema = crd_schema()
     for path in (EXAMPLE_SEED, EXAMPLE_FULL):
@@ -652,7 +652,7 @@ def test_compositecontroller_settings() -> None:
 
 
 def test_compositecontroller_probe_deadline_matches_the_hook() -> None:
-    from hooks.config import HookSettings
+    from hooks.shell.config import HookSettings
 
     assert HookSettings().probe_deadline == PROBE_DEADLINE_SECONDS
 
@@ -703,7 +703,7 @@ def _secret_mounted_at(target: str, path: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_every_hook_call_carries_the_token_the_hook_mounts(target: str) -> None:
-    from hooks.config import HookSettings
+    from hooks.shell.config import HookSettings
 
     objects = rendered(target)
     controller = find(objects, "CompositeController")
@@ -736,7 +736,7 @@ def test_the_token_secret_ships_without_a_token() -> None:
 
 
 def test_the_mtls_overlay_adds_tls_and_client_certificates() -> None:
-    from hooks.config import HookSettings
+    from hooks.shell.config import HookSettings
 
     controller = find(rendered("deploy/mtls"), "CompositeController")
     (entry,) = controller["spec"]["endpointConfigs"]
@@ -851,7 +851,7 @@ def test_deployment_probes_and_resources() -> None:
 
 def _graceful_timeout() -> int:
     try:
-        from hooks import gunicorn_conf
+        from hooks.shell import gunicorn_conf
     except ModuleNotFoundError:
         return DOCUMENTED_GRACEFUL_TIMEOUT
     return int(gunicorn_conf.graceful_timeout)
@@ -1056,7 +1056,7 @@ def test_egress_allows_patroni_and_dns_and_events_add_the_api_server() -> None:
 
 
 def test_egress_to_patroni_is_exactly_the_ports_the_hook_may_probe() -> None:
-    from hooks.config import HookSettings
+    from hooks.shell.config import HookSettings
 
     for target in TARGETS:
         env = {e["name"]: e.get("value", "") for e in _hook_container(target)["env"]}
@@ -1088,7 +1088,7 @@ def test_base_has_no_api_access() -> None:
 
 
 def test_events_switch_is_the_one_the_hook_reads() -> None:
-    from hooks.config import HookSettings
+    from hooks.shell.config import HookSettings
 
     assert HookSettings.from_env({"PGFH_EMIT_EVENTS": "true"}).emit_events is True
     assert HookSettings.from_env({}).emit_events is False
@@ -1267,8 +1267,8 @@ def test_dockerfile_final_stage() -> None:
     assert json.loads(entrypoint) == [
         "gunicorn",
         "-c",
-        "python:hooks.gunicorn_conf",
-        "hooks.app:create_app()",
+        "python:hooks.shell.gunicorn_conf",
+        "hooks.shell.app:create_app()",
     ]
     assert "CMD" not in final_instructions
     assert ("EXPOSE", "8080") in final
@@ -1345,7 +1345,7 @@ def test_deploy_doc_documents_every_cr_field() -> None:
 def test_security_doc_is_linked_and_documents_every_security_setting() -> None:
     assert "(security.md)" in DEPLOY_DOC.read_text(encoding="utf-8")
     text = SECURITY_DOC.read_text(encoding="utf-8")
-    config = (REPO / "hooks" / "config.py").read_text(encoding="utf-8")
+    config = (REPO / "hooks" / "shell" / "config.py").read_text(encoding="utf-8")
     names = set(re.findall(r'"(PGFH_[A-Z_]+)"', config))  # the names from_env reads
     security = {
         n

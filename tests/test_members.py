@@ -1,4 +1,4 @@
-"""Unit tests of :mod:`hooks.members`: what one Patroni answer means.
+"""Unit tests of :mod:`hooks.domain.members`: what one Patroni answer means.
 
 Test design notes
 -----------------
@@ -8,7 +8,7 @@ Test design notes
   (``verdict``, ``claims_leadership``, ``reachable``, ``is_leader``).
 * The decisive distinction is between *claiming* (any 200 on the health path, which
   Patroni gives only to the lock holder) and *being* the leader (200 + ``running`` +
-  a leader role for that path). ``hooks.routing`` counts claimants to detect two leaders
+  a leader role for that path). ``hooks.core.routing`` counts claimants to detect two leaders
   and refuses to route to a claimant that is not yet a leader, so both flags are
   asserted in every row.
 * Bodies come from ``tests.helpers.patroni_body`` (Patroni 4.1's shape) and are then
@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from hooks.members import LEADER_ROLES, MemberStatus, ProbeTarget, ProbeVerdict
-from hooks.model import LEADER_PATHS
+from hooks.domain.members import LEADER_ROLES, MemberStatus, ProbeTarget, ProbeVerdict
+from hooks.domain.model import LEADER_PATHS
 from tests.patroni_wire import patroni_body
 
 LEADER, NOT_LEADER, UNREACHABLE = (

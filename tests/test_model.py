@@ -1,18 +1,22 @@
-"""Unit tests of what :mod:`hooks.model` carries beyond plain fields.
+"""Unit tests of what :mod:`hooks.domain.model` carries beyond plain fields.
 
 The dataclasses are exercised through every other test; tested here are the
-:class:`~hooks.model.Condition` value (read back from a parent's untrusted status,
-written with a ``lastTransitionTime`` that moves only with ``status``) and the one
-source of each spec default (:func:`~hooks.model.field_default`, read by the loaders).
+:class:`~hooks.domain.model.Condition` value (read back from a parent's untrusted status by
+:mod:`hooks.loaders.observed`, written by :func:`hooks.core.conditions.stamped` with a
+``lastTransitionTime`` that moves only with ``status``) and the one source of each spec
+default (:func:`~hooks.domain.model.field_default`, read by the loaders).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from hooks.model import (
+from hooks.core.conditions import stamped
+from hooks.domain.model import (
     CONDITION_STATUSES,
     BackupSpec,
     ClusterSpec,
@@ -22,15 +26,39 @@ from hooks.model import (
     SwitchoverSpec,
     field_default,
 )
-from hooks.schemas import load_spec
+from hooks.loaders.envelope import load_sync_request
+from hooks.loaders.observed import load_previous_status
+from hooks.loaders.schemas import load_spec
+from tests.helpers import sync_body
 
 STAMP = "2026-11-30T21:00:00Z"
 EARLIER = "2026-11-29T08:15:00Z"
 READY = Condition("Ready", "True", "LeaderFound", "Routed to pg-orders-0")
+REQUEST = load_sync_request(sync_body())
+
+
+def as_status(
+    condition: Condition, stamp: str, previous: dict[str, Any] | None = None, generation: Any = None
+) -> dict[str, Any]:
+    """``condition`` stamped at ``stamp`` over a parent whose status holds ``previous``."""
+    request = dataclasses.replace(
+        REQUEST,
+        generation=generation,
+        previous=load_previous_status({"conditions": [previous] if previous else []}),
+    )
+    now = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    (entry,) = stamped(request, now, [condition])
+    return entry
+
+
+def from_status(observed: dict[str, Any]) -> Condition | None:
+    """The condition the loader reads back from one entry of the parent's status."""
+    loaded = load_previous_status({"conditions": [observed]}).conditions
+    return loaded[0].condition if loaded else None
 
 
 def test_a_new_condition_is_stamped_now_with_the_generation() -> None:
-    assert READY.as_status(STAMP, None, 4) == {
+    assert as_status(READY, STAMP, None, 4) == {
         "type": "Ready",
         "status": "True",
         "reason": "LeaderFound",
@@ -41,12 +69,12 @@ def test_a_new_condition_is_stamped_now_with_the_generation() -> None:
 
 
 def test_without_a_generation_none_is_written() -> None:
-    assert "observedGeneration" not in READY.as_status(STAMP)
+    assert "observedGeneration" not in as_status(READY, STAMP)
 
 
 def test_the_transition_time_is_kept_while_the_status_stays() -> None:
     previous = {"type": "Ready", "status": "True", "reason": "Other", "lastTransitionTime": EARLIER}
-    assert READY.as_status(STAMP, previous)["lastTransitionTime"] == EARLIER
+    assert as_status(READY, STAMP, previous)["lastTransitionTime"] == EARLIER
 
 
 @pytest.mark.parametrize(
@@ -62,12 +90,12 @@ def test_the_transition_time_is_kept_while_the_status_stays() -> None:
 def test_the_transition_time_moves_with_the_status_or_when_none_is_usable(
     previous: dict[str, Any],
 ) -> None:
-    assert READY.as_status(STAMP, previous)["lastTransitionTime"] == STAMP
+    assert as_status(READY, STAMP, previous)["lastTransitionTime"] == STAMP
 
 
 def test_a_condition_is_read_back_from_the_status() -> None:
-    written = READY.as_status(STAMP, None, 2)
-    assert Condition.from_status(written) == READY
+    written = as_status(READY, STAMP, None, 2)
+    assert from_status(written) == READY
 
 
 @pytest.mark.parametrize(
@@ -87,7 +115,7 @@ def test_a_condition_is_read_back_from_the_status() -> None:
 def test_only_a_text_type_and_status_make_a_condition(
     observed: dict[str, Any], expected: Condition | None
 ) -> None:
-    assert Condition.from_status(observed) == expected
+    assert from_status(observed) == expected
 
 
 def test_a_condition_is_a_frozen_value() -> None:

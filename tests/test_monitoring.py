@@ -40,10 +40,10 @@ import jsonschema
 import pytest
 import yaml
 
-from hooks import metrics
-from hooks.app import create_app
-from hooks.config import HookSettings
-from hooks.members import MemberStatus
+from hooks.domain.members import MemberStatus
+from hooks.shell import metrics
+from hooks.shell.app import create_app
+from hooks.shell.config import HookSettings
 from tests.helpers import NO_AUTH, leader, make_service, replica, sync_body
 from tests.patroni_wire import patroni_body
 

@@ -20,12 +20,12 @@ import pytest
 import yaml
 
 from hooks import parts
-from hooks.envelope import load_sync_request
-from hooks.model import ClusterSpec, Condition, ResyncTiming
+from hooks.domain.model import ClusterSpec, Condition, ResyncTiming
+from hooks.loaders.envelope import load_sync_request
 from hooks.parts import backup, primary, readonly
 from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
-from hooks.plugin import checks
 from hooks.sync import reconcile
+from pgfh_plugin import checks
 from tests.helpers import CLUSTER, NAMESPACE, leader, replica, sync_body
 
 NOW = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""hooks.patroni_answer with plain values: what a member's parsed answer means.
+"""hooks.loaders.patroni_answer with plain values: what a member's parsed answer means.
 
 Test design: requests parses the HTTP (``tests/test_probes.py`` sends the same answers
 over real sockets); here each rule of the verdict is checked at its edge without any
@@ -14,9 +14,9 @@ import json
 
 import pytest
 
-from hooks.members import MemberStatus, ProbeTarget, ProbeVerdict
-from hooks.model import LEADER_PATHS
-from hooks.patroni_answer import head_verdict, status_from_body, too_large
+from hooks.domain.members import MemberStatus, ProbeTarget, ProbeVerdict
+from hooks.domain.model import LEADER_PATHS
+from hooks.loaders.patroni_answer import head_verdict, status_from_body, too_large
 from tests.patroni_wire import patroni_body
 
 TARGET = ProbeTarget(

@@ -31,10 +31,11 @@ from devcluster.kubernetes_dcs import (
     grant_patroni_rights,
 )
 from devcluster.layout import ETCD_CLIENT_PORT
-from hooks.members import MemberStatus
-from hooks.schemas import load_spec
-from hooks.switchover import Detection, DetectionReason, detect
+from hooks.core.switchover import Detection, DetectionReason, detect
+from hooks.domain.members import MemberStatus
+from hooks.loaders.schemas import load_spec
 from standin.harness import PRIMARY_SELECTOR
+from tests.helpers import loaded_pods
 
 SCOPE = "pg-orders"
 FIRST_IP = 12
@@ -168,7 +169,7 @@ def test_patroni_writes_role_labels_and_status_annotations(k8s_cluster: K8sClust
         {"primarySelector": dict(PRIMARY_SELECTOR), "serviceRef": {"name": "pg-orders-primary"}}
     )
     assert spec is not None, problems
-    verdict = detect(k8s_cluster.pods(), k8s_cluster.members(), leader, spec)
+    verdict = detect(loaded_pods(k8s_cluster.pods()), k8s_cluster.members(), leader, spec)
     assert verdict.detection is Detection.ROLE_LABEL, verdict.message
     assert verdict.reason is DetectionReason.ROLE_LABELS_AGREE
 
@@ -305,7 +306,10 @@ def test_a_planned_switchover_moves_the_labels(k8s_cluster: K8sCluster) -> None:
     cluster.wait_healthy(timeout=60)
     verdict = wait_for(
         lambda: (
-            (v := detect(k8s_cluster.pods(), k8s_cluster.members(), new, spec)).event_driven and v
+            (
+                v := detect(loaded_pods(k8s_cluster.pods()), k8s_cluster.members(), new, spec)
+            ).event_driven
+            and v
         ),
         20,
         "the hook's detection to agree again after the switchover",

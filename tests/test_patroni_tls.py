@@ -28,11 +28,11 @@ from typing import Any
 import pytest
 
 from devcluster import PatroniCluster, RestApiTLS
-from hooks.app import create_app
-from hooks.config import HookSettings, PatroniTLS
-from hooks.members import MemberStatus, ProbeTarget, ProbeVerdict
+from hooks.core.policy import ProbePolicy, parse_networks
+from hooks.domain.members import MemberStatus, ProbeTarget, ProbeVerdict
 from hooks.patroni import PatroniProber
-from hooks.policy import ProbePolicy, parse_networks
+from hooks.shell.app import create_app
+from hooks.shell.config import HookSettings, PatroniTLS
 from tests.certs import Pair, TestCA
 from tests.helpers import NO_AUTH, NOW, make_pod, make_service, seed_spec, sync_body
 

@@ -24,7 +24,7 @@ from dataclasses import replace
 import pytest
 import requests
 
-from hooks.members import MemberStatus, ProbeTarget, ProbeVerdict
+from hooks.domain.members import MemberStatus, ProbeTarget, ProbeVerdict
 from hooks.patroni import PatroniProber
 from tests import fakes
 from tests.fakes import Behaviour, FakeMember, FullBacklog

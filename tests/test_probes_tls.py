@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from hooks.config import HookSettings, PatroniTLS
-from hooks.members import ProbeTarget, ProbeVerdict
+from hooks.core.policy import ProbePolicy, parse_networks, parse_ports
+from hooks.domain.members import ProbeTarget, ProbeVerdict
 from hooks.patroni import PatroniProber
-from hooks.policy import ProbePolicy, parse_networks, parse_ports
+from hooks.shell.config import HookSettings, PatroniTLS
 from tests.certs import Pair, TestCA
 from tests.patroni_wire import patroni_body, response_head
 

@@ -307,7 +307,7 @@ def hook_account(control_plane: ControlPlane) -> Iterator[KubeRest]:
     kubeconfig = service_account_kubeconfig(control_plane, HOOK_NS, "pg-failover-hook", rbac=rbac)
     rest = KubeRest.from_kubeconfig(kubeconfig)
     try:
-        event = Call("create", "events.k8s.io", "events", "hooks/events.py")
+        event = Call("create", "events.k8s.io", "events", "hooks/shell/events.py")
         _wait("the events ClusterRole reaches the authorizer", lambda: self_review(rest, event))
         yield rest
     finally:

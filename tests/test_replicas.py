@@ -28,13 +28,12 @@ from typing import Any
 
 import pytest
 
-from hooks.keeping import preserved
-from hooks.members import MemberStatus
-from hooks.model import ENDPOINTSLICE_KEY, LAST_APPLIED_ANNOTATION
+from hooks.core.routing import Decision
+from hooks.domain.members import MemberStatus
+from hooks.domain.model import ENDPOINTSLICE_KEY, LAST_APPLIED_ANNOTATION
+from hooks.loaders.schemas import load_spec
 from hooks.parts.primary import desired_service
 from hooks.parts.readonly import classify, format_bytes
-from hooks.routing import Decision
-from hooks.schemas import load_spec
 from tests.child_helpers import (
     LEADER_AT,
     MIB,
@@ -63,9 +62,11 @@ from tests.helpers import (
     SERVICE_NAME,
     down,
     fed_back,
+    loaded_pod,
     make_pod,
     make_service,
     member_ip,
+    preserved,
     run,
     seed_spec,
     without_resync,
@@ -727,7 +728,7 @@ def test_without_replica_service_and_objects_there_is_no_condition() -> None:
         "MembersReachable",
         "MemberNameGuard",
         "SpecValid",
-        "SwitchoverDetection",  # always there in a routed reply (hooks/switchover.py)
+        "SwitchoverDetection",  # always there in a routed reply (hooks/core/switchover.py)
     ]
     assert "replicaService" not in outcome.body["status"]
 
@@ -1171,5 +1172,5 @@ def test_classify_gives_the_whole_verdict(
     spec_body["patroni"] = {"memberNameMustMatchPod": options.get("verify", True)}
     spec, problems = load_spec(spec_body)
     assert spec is not None, problems
-    got = classify(member, pod, address, _LEADER, LEADER_AT, spec)
+    got = classify(member, loaded_pod(pod), address, _LEADER, LEADER_AT, spec)
     assert (got.listed, got.reason, got.keepable) == verdict

@@ -2,7 +2,7 @@
 
 Run against the stand-in's model of Metacontroller 4.17.2 (standin/credentials.py): the
 credentials are resolved when the controller is built and rebuilt only on a spec change,
-the hook pods check tokens with the real ``hooks.auth.Authenticator`` over a mount the
+the hook pods check tokens with the real ``hooks.shell.auth.Authenticator`` over a mount the
 model's kubelet refreshes once a minute. The documented procedure keeps every call
 authorised; the annotation-only procedure this project used to document does not.
 """

@@ -1,4 +1,4 @@
-"""Unit tests of request and spec validation (:mod:`hooks.schemas`).
+"""Unit tests of request and spec validation (:mod:`hooks.loaders.schemas`).
 
 Test design notes
 -----------------
@@ -20,24 +20,26 @@ Test design notes
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
 from typing import Any
 
 import pytest
+from flask.testing import FlaskClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from marshmallow import ValidationError
 
-from hooks.envelope import (
+from hooks.domain.model import LEADER_PATHS, ClusterSpec, ServicePort, SpecProblem
+from hooks.loaders.envelope import (
     RequestError,
     SyncEnvelopeSchema,
     check_sync_envelope,
     load_customize_request,
     load_sync_request,
 )
-from hooks.model import LEADER_PATHS, ClusterSpec, ServicePort, SpecProblem
-from hooks.schemas import load_spec
+from hooks.loaders.schemas import load_spec
 from tests.helpers import (
     CLUSTER,
     INVALID_SPECS,
@@ -85,16 +87,18 @@ def test_every_recorded_sync_request_loads_with_a_valid_spec(name: str) -> None:
     assert request.spec == SEED_DEFAULTS
     assert request.spec_problems == ()
     assert request.finalizing is body["finalizing"]
-    assert dict(request.services) == body["children"]["Service.v1"]
+    assert {n: s.raw for n, s in request.services.items()} == body["children"]["Service.v1"]
     assert sorted(request.pods) == ["pg-orders-0", "pg-orders-1", "pg-orders-2"]
     # The read-only and backup child types are declared, so their (empty) groups arrive.
     assert request.other_children == {
         "CronJob.batch/v1": {},
         "EndpointSlice.discovery.k8s.io/v1": {},
     }
+    assert (request.slices, request.cronjobs) == ({}, {})
     assert request.uid == body["parent"]["metadata"]["uid"]
     assert request.jobs is None
-    assert request.parent == body["parent"]
+    assert request.previous.raw == body["parent"].get("status", {})
+    assert (request.api_version, request.kind) == ("adg.io/v1alpha1", "PostgreSQLCluster")
 
 
 def test_the_recorded_finalize_request_is_a_finalize() -> None:
@@ -484,7 +488,8 @@ def test_children_of_other_types_are_kept_verbatim() -> None:
         "Secret.v1": {},
     }
     body = sync_body(extra_children=extra)
-    assert load_sync_request(body).other_children == extra
+    loaded = load_sync_request(body).other_children
+    assert {k: {n: c.raw for n, c in g.items()} for k, g in loaded.items()} == extra
 
 
 def test_unknown_envelope_keys_are_ignored() -> None:
@@ -569,8 +574,9 @@ def test_the_hand_checked_envelope_is_marshmallows_envelope(body: dict[str, Any]
 def test_the_envelope_is_not_copied() -> None:
     body = fixture("sync-service-selects-old-leader.json")
     loaded = load_sync_request(body)
-    assert loaded.pods is body["related"]["Pod.v1"]
-    assert loaded.services is body["children"]["Service.v1"]
+    # The typed values hold the request's own objects (read-only views), not copies.
+    for name, service in loaded.services.items():
+        assert service.raw["spec"] is body["children"]["Service.v1"][name]["spec"]
 
 
 # ============================================= messages and bounds, spelled out
@@ -631,6 +637,102 @@ def test_a_related_job_under_another_name_is_a_broken_request() -> None:
     with pytest.raises(RequestError) as raised:
         load_sync_request(body)
     assert str(raised.value) == "invalid sync request: Job.batch/v1['a'] has metadata.name 'b'"
+
+
+def _junk_body(where: str, edit: Any) -> dict[str, Any]:
+    """A valid request whose one object ``where`` (``group:name``) has ``edit`` applied."""
+    body = sync_body(services=[make_service()], extra_children={"ConfigMap.v1": {}})
+    body["children"]["ConfigMap.v1"]["cm"] = {"metadata": {"name": "cm"}}
+    body["children"]["EndpointSlice.discovery.k8s.io/v1"] = {"s": {"metadata": {"name": "s"}}}
+    body["children"]["CronJob.batch/v1"] = {"c": {"metadata": {"name": "c"}}}
+    body["related"]["Job.batch/v1"] = {"j": {"metadata": {"name": "j"}}}
+    group, name = where.rsplit(":", 1)
+    groups = body["children"] if group in body["children"] else body["related"]
+    edit(groups[group][name])
+    return body
+
+
+JUNK_PLACES = [
+    f"Service.v1:{SERVICE_NAME}",
+    "Pod.v1:pg-orders-0",
+    "EndpointSlice.discovery.k8s.io/v1:s",
+    "CronJob.batch/v1:c",
+    "Job.batch/v1:j",
+    "ConfigMap.v1:cm",
+]
+
+
+def _set(path: str, value: object) -> Any:
+    def edit(obj: dict[str, Any]) -> None:
+        if path == "metadata":
+            obj["metadata"] = value
+        else:
+            obj["metadata"][path] = value
+
+    return edit
+
+
+@pytest.mark.parametrize("where", JUNK_PLACES)
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        (_set("metadata", "junk"), "has metadata.name None"),
+        (_set("metadata", None), "has metadata.name None"),
+        (_set("name", 7), "has metadata.name 7"),
+        (_set("labels", ["a"]), "has metadata.labels that is not a map of strings to strings"),
+        (_set("labels", {"a": 1}), "has metadata.labels that is not a map of strings to strings"),
+        (_set("labels", "a=b"), "has metadata.labels that is not a map of strings to strings"),
+        (
+            _set("annotations", {"status": {"role": "primary"}}),
+            "has metadata.annotations that is not a map of strings to strings",
+        ),
+    ],
+    ids=[
+        "metadata-text",
+        "metadata-null",
+        "name-number",
+        "labels-list",
+        "label-number",
+        "labels-text",
+        "annotation-object",
+    ],
+)
+def test_junk_metadata_in_any_group_is_a_broken_request_that_names_the_object(
+    where: str, edit: Any, problem: str
+) -> None:
+    group, name = where.rsplit(":", 1)
+    with pytest.raises(RequestError) as raised:
+        load_sync_request(_junk_body(where, edit))
+    assert str(raised.value) == f"invalid sync request: {group}[{name!r}] {problem}"
+
+
+@pytest.mark.parametrize("where", JUNK_PLACES)
+def test_null_labels_and_annotations_are_empty_ones(where: str) -> None:
+    """Kubernetes omits empty maps; ``null`` is read the same way, not refused."""
+
+    def edit(obj: dict[str, Any]) -> None:
+        obj["metadata"]["labels"] = None
+        obj["metadata"]["annotations"] = None
+
+    request = load_sync_request(_junk_body(where, edit))
+    group, name = where.rsplit(":", 1)
+    loaded = {
+        "Service.v1": request.services,
+        "Pod.v1": request.pods,
+        "Job.batch/v1": request.jobs or {},
+        **request.other_children,
+    }[group][name]
+    assert loaded.labels == {}
+
+
+def test_junk_metadata_is_answered_400_with_the_reason(client: FlaskClient) -> None:
+    body = _junk_body("Pod.v1:pg-orders-1", _set("labels", {"role": None}))
+    response = client.post("/sync", data=json.dumps(body), content_type="application/json")
+    assert response.status_code == 400
+    assert response.get_json() == {
+        "error": "invalid sync request: Pod.v1['pg-orders-1'] has metadata.labels that is not "
+        "a map of strings to strings"
+    }
 
 
 @pytest.mark.parametrize("spec", ["x", [], None, 5])

@@ -29,15 +29,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from werkzeug.test import TestResponse
 
-from hooks import auth as auth_module
-from hooks.app import create_app
-from hooks.config import AuthSettings, HookSettings, PatroniTLS, ServerTLS
-from hooks.envelope import load_sync_request
-from hooks.jsonbody import bracket_skeleton, nesting_problem
-from hooks.members import MemberStatus, ProbeTarget
+from hooks.core.policy import ProbePolicy, describe_ports, parse_networks, parse_ports
+from hooks.core.probing import apply_policy, plan_probes
+from hooks.domain.members import MemberStatus, ProbeTarget
+from hooks.loaders.envelope import load_sync_request
+from hooks.loaders.jsonbody import bracket_skeleton, nesting_problem
 from hooks.patroni import PatroniProber, target_problem
-from hooks.policy import ProbePolicy, describe_ports, parse_networks, parse_ports
-from hooks.probing import apply_policy, plan_probes
+from hooks.shell import auth as auth_module
+from hooks.shell.app import create_app
+from hooks.shell.config import AuthSettings, HookSettings, PatroniTLS, ServerTLS
 from standin.gunicorn import GunicornHook, gunicorn_hook
 from tests import fakes
 from tests.certs import Pair, TestCA

@@ -1,4 +1,4 @@
-"""Switchover detection per cluster (:mod:`hooks.switchover`), with plain dicts only.
+"""Switchover detection per cluster (:mod:`hooks.core.switchover`), with plain dicts only.
 
 Every case takes the app's path minus HTTP (load → plan → fake probes → reconcile), so
 the mode, the condition and ``resyncAfterSeconds`` are those of a real reply. ``TIMING``
@@ -19,18 +19,18 @@ from typing import Any
 
 import pytest
 
-from hooks.members import MemberStatus
-from hooks.model import (
+from hooks.core.outcome import SyncOutcome
+from hooks.core.routing import Decision
+from hooks.core.switchover import Detection, detect
+from hooks.domain.members import MemberStatus
+from hooks.domain.model import (
     MAX_POLL_SECONDS,
     MIN_POLL_SECONDS,
     ResyncTiming,
     RoleLabelSpec,
     SwitchoverSpec,
 )
-from hooks.routing import Decision
-from hooks.schemas import load_spec
-from hooks.switchover import Detection, detect
-from hooks.sync import SyncOutcome
+from hooks.loaders.schemas import load_spec
 from tests.helpers import (
     CLUSTER,
     NOW,
@@ -43,6 +43,7 @@ from tests.helpers import (
     down,
     fixture,
     leader,
+    loaded_pods,
     make_pod,
     make_service,
     polled,
@@ -422,7 +423,7 @@ def test_detect_never_vouches_for_a_leader_it_cannot_check() -> None:
     missing, and a replica without an answer."""
     spec, _ = load_spec(seed_spec())
     assert spec is not None
-    pods = {p["metadata"]["name"]: p for p in k8s_dcs_pods(P0)}
+    pods = loaded_pods({p["metadata"]["name"]: p for p in k8s_dcs_pods(P0)})
     answers = healthy(P0)
     outsider = detect(pods, list(answers.values()), "pg-orders-9", spec)
     assert (outsider.detection, outsider.reason.value) == (Detection.POLLED, "NoConfirmedLeader")

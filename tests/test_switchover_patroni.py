@@ -45,7 +45,7 @@ def spec(**switchover: Any) -> dict[str, Any]:
 def asks_for(resync_after: float | None, period: float, *, on_slot: bool = False) -> bool:
     """Whether a reply asked for the phase-spread healthy resync of ``period``.
 
-    Any healthy reply asks for half a period to one and a half (hooks.switchover); a sync
+    Any healthy reply asks for half a period to one and a half (hooks.core.switchover); a sync
     that ran on the cluster's own slot asks for one period, less that sync's latency.
     """
     if resync_after is None:

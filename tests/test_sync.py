@@ -38,14 +38,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hooks.envelope import load_sync_request
-from hooks.keeping import preserved
-from hooks.members import MemberStatus, ProbeTarget
-from hooks.model import LAST_APPLIED_ANNOTATION, LEADER_PATHS, ResyncTiming
-from hooks.probing import probe_targets
-from hooks.routing import Decision
-from hooks.switchover import spread_resync
-from hooks.sync import SyncOutcome, reconcile
+from hooks.core.outcome import SyncOutcome
+from hooks.core.probing import probe_targets
+from hooks.core.routing import Decision
+from hooks.core.switchover import spread_resync
+from hooks.domain.members import MemberStatus, ProbeTarget
+from hooks.domain.model import LAST_APPLIED_ANNOTATION, LEADER_PATHS, ResyncTiming
+from hooks.loaders.envelope import load_sync_request
+from hooks.sync import reconcile
 from tests.doubts import DOUBT_IDS, DOUBTS, Doubt
 from tests.helpers import (
     CLUSTER,
@@ -70,6 +70,7 @@ from tests.helpers import (
     make_service,
     member_ip,
     polled,
+    preserved,
     replica,
     run,
     seed_spec,
@@ -1032,7 +1033,16 @@ def test_the_reply_shares_no_object_with_the_request(
     """Kept children and the kept status are copies: nothing done to the reply (or to the
     request) after reconcile can reach the other."""
     request, outcome = run(body, answers)
-    observed = _containers([request.parent, dict(request.services), dict(request.other_children)])
+    children = [*request.services.values()]
+    children += [c for group in request.other_children.values() for c in group.values()]
+    # The typed values keep the request's objects (read-only) and their last-applied records.
+    observed = _containers(
+        [
+            dict(request.previous.raw),
+            *(dict(c.raw) for c in children),
+            *(c.last_applied for c in children if c.last_applied is not None),
+        ]
+    )
     shared = set(_containers(outcome.body)) & set(observed)
     assert not shared, [observed[i] for i in shared]
 
@@ -2002,7 +2012,7 @@ def test_kept_read_only_services_slices_and_cronjobs_are_what_they_were_observed
 
 # ========================================== phase-spread healthy resyncs (issue 11)
 # After a Metacontroller restart every parent is synced at once; each healthy resync
-# lands the parent's next sync on a slot of its own (hooks.switchover.spread_resync), so
+# lands the parent's next sync on a slot of its own (hooks.core.switchover.spread_resync), so
 # the fleet spreads over one period instead of staying in one clump.
 
 UIDS = [f"0f0e0d0c-0000-4000-8000-{i:012d}" for i in range(1000)]

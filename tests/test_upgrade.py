@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from hooks.config import HookSettings
+from hooks.shell.config import HookSettings
 from tests.manifest_helpers import HOOK_NAME, find, rendered
 
 REPO = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hooks.model import SERVICE_KEY, ClusterSpec
+from hooks.domain.model import SERVICE_KEY, ClusterSpec
 from hooks.parts import backup, primary, readonly
 from hooks.parts.base import Part
 

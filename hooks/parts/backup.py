@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
-from hooks.keeping import labels_of
-from hooks.model import BACKUP_OF_LABEL, CRONJOB_KEY, ClusterSpec, Condition
+from hooks.domain.model import BACKUP_OF_LABEL, CRONJOB_KEY, ClusterSpec, Condition
+from hooks.domain.observed import BackupRecord, Job, PreviousBackup, parse_time
 from hooks.parts.backup_cronjob import cronjob_name, desired_cronjob
 from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
 
@@ -52,10 +51,9 @@ def plan(context: PartContext) -> PartPlan:
     backup = spec.backup
     uid = request.uid
     # None: the request has no CronJob group (the CompositeController lacks the type).
-    cronjobs = request.other_children.get(CRONJOB_KEY)
+    cronjobs = request.cronjobs
     observed = dict(cronjobs or {})
-    previous = request.parent.get("status")
-    previous = previous.get("backup") if isinstance(previous, Mapping) else None
+    previous = request.previous.backup
     if backup is None:
         if not observed:
             return PartPlan()
@@ -148,8 +146,8 @@ def _suspended(cronjob: dict[str, Any]) -> dict[str, Any]:
 
 
 def _status_fields(
-    previous: Mapping[str, Any] | None,
-    jobs: Mapping[str, Mapping[str, Any]] | None,
+    previous: PreviousBackup,
+    jobs: Mapping[str, Job] | None,
     uid: str | None,
     cronjob: str | None,
 ) -> dict[str, Any]:
@@ -158,35 +156,33 @@ def _status_fields(
 
 
 def _status(
-    previous: Mapping[str, Any] | None,
-    jobs: Mapping[str, Mapping[str, Any]] | None,
+    previous: PreviousBackup,
+    jobs: Mapping[str, Job] | None,
     uid: str | None,
     cronjob: str | None,
 ) -> dict[str, Any] | None:
     """``status.backup``: the newest success and failure, seen now or recorded before."""
-    old = previous if isinstance(previous, Mapping) else {}
-    success = _record(old.get("lastSuccessful"), ("job", "completionTime"))
-    failure = _record(old.get("lastFailed"), ("job", "failureTime"))
+    success = _fields(previous.last_successful)
+    failure = _fields(previous.last_failed)
     for name, job in sorted((jobs or {}).items()):
-        if not uid or labels_of(job).get(BACKUP_OF_LABEL) != uid:
+        if not uid or job.labels.get(BACKUP_OF_LABEL) != uid:
             continue
-        finished = _finished(job)
+        finished = job.finished
         if finished is None:
             continue
-        kind, when, reason = finished
-        if kind == "Complete":
-            candidate = {"job": name, "completionTime": when}
+        if finished.kind == "Complete":
+            candidate = {"job": name, "completionTime": finished.when}
             if success is None or _newer(candidate["completionTime"], name, success):
                 success = candidate
         else:
-            candidate = {"job": name, "failureTime": when, "reason": reason}
+            candidate = {"job": name, "failureTime": finished.when, "reason": finished.reason}
             if failure is None or _newer(candidate["failureTime"], name, failure):
                 failure = candidate
     status: dict[str, Any] = {}
     if cronjob is not None:
         status["cronJob"] = cronjob
-    elif isinstance(old.get("cronJob"), str):
-        status["cronJob"] = old["cronJob"]
+    elif previous.cron_job is not None:
+        status["cronJob"] = previous.cron_job
     if success is not None:
         status["lastSuccessful"] = success
     if failure is not None:
@@ -194,47 +190,10 @@ def _status(
     return status or None
 
 
-def _finished(job: Mapping[str, Any]) -> tuple[str, str, str] | None:
-    """``("Complete"|"Failed", time, reason)`` for a finished Job, else ``None``."""
-    status = job.get("status")
-    if not isinstance(status, Mapping):
-        return None
-    conditions = status.get("conditions")
-    for condition in conditions if isinstance(conditions, list) else []:
-        if not isinstance(condition, Mapping) or condition.get("status") != "True":
-            continue
-        kind = condition.get("type")
-        if kind not in ("Complete", "Failed"):
-            continue
-        when = status.get("completionTime") if kind == "Complete" else None
-        when = when if _is_time(when) else condition.get("lastTransitionTime")
-        if not _is_time(when):
-            continue
-        reason = condition.get("reason")
-        assert isinstance(when, str)
-        return str(kind), when, reason if isinstance(reason, str) and reason else str(kind)
-    return None
-
-
-def _record(value: object, keys: tuple[str, str]) -> dict[str, Any] | None:
-    if not isinstance(value, Mapping):
-        return None
-    if not isinstance(value.get(keys[0]), str) or not _is_time(value.get(keys[1])):
-        return None
-    return {k: v for k, v in value.items() if isinstance(v, str)}
+def _fields(record: BackupRecord | None) -> dict[str, str] | None:
+    return dict(record.fields) if record is not None else None
 
 
 def _newer(when: str, job: str, than: Mapping[str, Any]) -> bool:
     old_when = next(v for k, v in than.items() if k.endswith("Time"))
-    return (_parse(when), job) > (_parse(old_when), str(than.get("job", "")))
-
-
-def _is_time(value: object) -> bool:
-    return isinstance(value, str) and _parse(value) is not None
-
-
-def _parse(value: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    return (parse_time(when), job) > (parse_time(old_when), str(than.get("job", "")))

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from hooks.model import (
+from hooks.domain.model import (
     BACKUP_OF_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -24,6 +24,7 @@ from hooks.model import (
     ClusterSpec,
     field_default,
 )
+from hooks.domain.observed import CronJobChild
 
 CONTAINER = "basebackup"
 MOUNT_PATH = "/backups"
@@ -138,7 +139,7 @@ def desired_cronjob(
     namespace: str,
     cluster: str,
     uid: str,
-    observed: Mapping[str, Any] | None = None,
+    observed: CronJobChild | None = None,
 ) -> dict[str, Any]:
     """The backup CronJob, with only the fields we own.
 
@@ -262,31 +263,24 @@ def quantity_value(text: str) -> Fraction | None:
     return number * _SUFFIXES[suffix]
 
 
-def _observed_resources(observed: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    node: Any = observed or {}
-    for key in ("spec", "jobTemplate", "spec", "template", "spec"):
-        node = node.get(key) if isinstance(node, Mapping) else None
-    containers = node.get("containers") if isinstance(node, Mapping) else None
-    for container in containers if isinstance(containers, list) else []:
-        if isinstance(container, Mapping) and container.get("name") == CONTAINER:
-            resources = container.get("resources")
-            return resources if isinstance(resources, Mapping) else {}
-    return {}
+def _observed_resources(observed: CronJobChild | None) -> Mapping[str, Mapping[str, str]]:
+    if observed is None:
+        return {}
+    return observed.container_resources.get(CONTAINER, {})
 
 
 def _resources(
-    wanted: Mapping[str, Mapping[str, str]], observed: Mapping[str, Any]
+    wanted: Mapping[str, Mapping[str, str]], observed: Mapping[str, Mapping[str, str]]
 ) -> dict[str, dict[str, str]]:
     result: dict[str, dict[str, str]] = {}
     for group in ("requests", "limits"):
         values = wanted.get(group) or {}
-        seen = observed.get(group)
-        seen = seen if isinstance(seen, Mapping) else {}
+        seen = observed.get(group) or {}
         if not values:
             continue
         result[group] = {}
         for resource, quantity in values.items():
             current = seen.get(resource)
-            same = isinstance(current, str) and quantity_value(current) == quantity_value(quantity)
-            result[group][resource] = current if same and isinstance(current, str) else quantity
+            same = current is not None and quantity_value(current) == quantity_value(quantity)
+            result[group][resource] = current if same and current is not None else quantity
     return result

@@ -23,10 +23,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hooks.keeping import Keep
-from hooks.members import MemberStatus
-from hooks.model import ClusterSpec, Condition, SyncRequest
-from hooks.routing import Route
+from hooks.core.keeping import Keep
+from hooks.core.routing import Route
+from hooks.domain.members import MemberStatus
+from hooks.domain.model import ClusterSpec, Condition
+from hooks.domain.request import SyncRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +53,8 @@ class PartContext:
     members: tuple[MemberStatus, ...]
     #: This sync's routing decision; ``route.leader`` is set only when it routes.
     route: Route
-    #: Echoes an observed child unchanged (:func:`hooks.keeping.keeper`).
+    #: Echoes an observed child unchanged (:func:`hooks.core.keeping.preserved`, in the
+    #: parent's namespace).
     keep: Keep
 
     @property

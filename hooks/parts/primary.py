@@ -12,15 +12,16 @@ Pure, like every part (:mod:`hooks.parts.base`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from hooks import manifests
-from hooks.conditions import CONDITION_ROUTED
-from hooks.model import POD_NAME_LABEL, SERVICE_KEY, ClusterSpec, Condition, SyncRequest
+from hooks.core import manifests
+from hooks.core.conditions import CONDITION_ROUTED
+from hooks.core.routing import Decision
+from hooks.domain.model import POD_NAME_LABEL, SERVICE_KEY, ClusterSpec, Condition
+from hooks.domain.observed import ServiceChild
+from hooks.domain.request import SyncRequest
 from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
 from hooks.parts.readonly_objects import is_read_only_service
-from hooks.routing import Decision, leader_timeline
 
 
 def plan(context: PartContext) -> PartPlan:
@@ -43,7 +44,7 @@ def plan(context: PartContext) -> PartPlan:
                 kept.setdefault("spec", {})["selector"] = _selector(spec, leader)
                 children.append(kept)
         primary: str | None = leader
-        timeline = leader_timeline(context.members, leader)
+        timeline = route.timeline
         message = (
             f"Patroni reports {leader} as leader"
             f"{f' (timeline {timeline})' if timeline is not None else ''}; "
@@ -95,7 +96,7 @@ def desired_service(spec: ClusterSpec, namespace: str, leader: str) -> dict[str,
     )
 
 
-def primary_services(request: SyncRequest) -> dict[str, Mapping[str, Any]]:
+def primary_services(request: SyncRequest) -> dict[str, ServiceChild]:
     """Observed Services that route to the primary: all but our read-only Services.
 
     The names in the spec decide first: the one named like ``spec.serviceRef`` is the
@@ -138,11 +139,9 @@ def keeping_phrase(request: SyncRequest) -> str:
     return "keeping " + ", ".join(parts)
 
 
-def _selected_pod(service: Mapping[str, Any]) -> object:
+def _selected_pod(service: ServiceChild) -> object:
     """The selector's pod-name value as observed (free input: not necessarily a string)."""
-    spec = service.get("spec")
-    selector = spec.get("selector") if isinstance(spec, Mapping) else None
-    return selector.get(POD_NAME_LABEL) if isinstance(selector, Mapping) else None
+    return service.selector.get(POD_NAME_LABEL) if service.selector is not None else None
 
 
 def _selector(spec: ClusterSpec, leader: str) -> dict[str, str]:

@@ -59,22 +59,19 @@ every sync and would make Metacontroller write the status again and again.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hooks.keeping import metadata_of
-from hooks.members import REPLICATION_STATE_SINCE, MemberStatus
-from hooks.model import ENDPOINTSLICE_KEY, ClusterSpec, Condition
+from hooks.domain.members import REPLICATION_STATE_SINCE, MemberStatus
+from hooks.domain.model import ENDPOINTSLICE_KEY, ClusterSpec, Condition
+from hooks.domain.observed import IP, Pod
 from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
 from hooks.parts.primary import primary_services
 from hooks.parts.readonly_objects import (
-    IP,
     desired_objects,
     listed_now,
     slice_ports,
 )
-from hooks.probing import pod_ip
 
 CONDITION = "ReplicasRouted"
 
@@ -112,7 +109,7 @@ def plan(context: PartContext) -> PartPlan:
     primaries = primary_services(request)
     services = {n: s for n, s in request.services.items() if n not in primaries}
     # None: the request has no EndpointSlice group (the CompositeController lacks the type).
-    slices = request.other_children.get(ENDPOINTSLICE_KEY)
+    slices = request.slices
     observed = [keep(s) for _, s in sorted(services.items())]
     observed += [keep(s) for _, s in sorted((slices or {}).items())]
     rs = spec.replica_service
@@ -141,7 +138,7 @@ def plan(context: PartContext) -> PartPlan:
             ),
         )
     pods = request.pods
-    ips = {n: ip for n in pods if (ip := pod_ip(pods[n])) is not None}
+    ips = {n: ip for n, pod in pods.items() if (ip := pod.ip) is not None}
     listed = listed_now(slices, rs.name)
     leader = context.leader
     by_name = {m.name: m for m in context.members}
@@ -154,7 +151,7 @@ def plan(context: PartContext) -> PartPlan:
         )
     elif leader_status.wal_position is None:
         doubt = (ReadOnlyReason.NO_LEADER_POSITION, f"Leader {leader} reported no WAL location")
-    reference_ports = slice_ports(spec, pods.get(leader, {})) if leader is not None else None
+    reference_ports = slice_ports(spec, pods.get(leader)) if leader is not None else None
     if doubt is None and reference_ports is None:
         doubt = (
             ReadOnlyReason.PORT_NOT_FOUND,
@@ -252,7 +249,7 @@ PART = Part(
 
 def classify(
     member: MemberStatus,
-    pod: Mapping[str, Any],
+    pod: Pod,
     ip: IP | None,
     leader: MemberStatus,
     leader_position: int,
@@ -264,12 +261,12 @@ def classify(
     name = member.name
     if name == leader.name:
         return _Verdict(False, "leader")
-    if metadata_of(pod).get("deletionTimestamp"):
+    if pod.terminating:
         return _Verdict(False, "terminating")
     if ip is None:
         return _Verdict(False, "no pod IP")
     if not member.reachable:
-        if _pod_not_ready(pod):
+        if pod.not_ready:
             return _Verdict(False, "unreachable, Pod not ready")
         return _Verdict(None, "unreachable")
     if not member.patroni_answer:
@@ -318,13 +315,3 @@ def _status(service: str, endpoints: list[str]) -> dict[str, Any]:
 
 def _condition(status: str, reason: ReadOnlyReason, message: str) -> Condition:
     return Condition(CONDITION, status, reason.value, message)
-
-
-def _pod_not_ready(pod: Mapping[str, Any]) -> bool:
-    """The kubelet says the Pod is not Ready (an absent condition is not a "no")."""
-    status = pod.get("status")
-    conditions = status.get("conditions") if isinstance(status, Mapping) else None
-    for condition in conditions if isinstance(conditions, list) else []:
-        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
-            return condition.get("status") == "False"
-    return False

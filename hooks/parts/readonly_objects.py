@@ -5,18 +5,17 @@ Builders of the desired objects (:func:`desired_service`, :func:`desired_slice`,
 is ours, which Pods our slices list now). The decision of who is listed is
 :mod:`hooks.parts.readonly`'s.
 
-Pure: plain mappings in, new dicts out.
+Pure: typed observed values in, new dicts out.
 """
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hooks import manifests
-from hooks.keeping import Keep, labels_of, last_applied, metadata_of
-from hooks.model import (
+from hooks.core import manifests
+from hooks.core.keeping import Keep
+from hooks.domain.model import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     READ_ONLY,
@@ -27,17 +26,19 @@ from hooks.model import (
     ClusterSpec,
     ReplicaServiceSpec,
 )
+from hooks.domain.observed import IP, Pod, ServiceChild, SliceChild
 
-IP = ipaddress.IPv4Address | ipaddress.IPv6Address
-Objects = Mapping[str, Mapping[str, Any]]
+Services = Mapping[str, ServiceChild]
+Slices = Mapping[str, SliceChild]
 
 
-def is_read_only_service(service: Mapping[str, Any]) -> bool:
-    """Whether an observed Service is one of our read-only Services (by its label)."""
-    for labels in (labels_of(service), labels_of(last_applied(service))):
-        if labels.get(READ_ONLY_LABEL) == READ_ONLY:
-            return True
-    return False
+def is_read_only_service(service: ServiceChild) -> bool:
+    """Whether an observed Service is one of our read-only Services (by its label, now or
+    in its last-applied record)."""
+    return READ_ONLY in (
+        service.labels.get(READ_ONLY_LABEL),
+        service.applied_labels.get(READ_ONLY_LABEL),
+    )
 
 
 def desired_service(
@@ -91,21 +92,18 @@ def desired_slice(
     }
 
 
-def endpoint(name: str, pod: Mapping[str, Any], ip: IP, namespace: str) -> dict[str, Any]:
+def endpoint(name: str, pod: Pod, ip: IP, namespace: str) -> dict[str, Any]:
     """One listed member: its Pod IP and a reference to its Pod."""
-    metadata = metadata_of(pod)
     target: dict[str, Any] = {"kind": "Pod", "namespace": namespace, "name": name}
-    if isinstance(metadata.get("uid"), str):
-        target["uid"] = metadata["uid"]
+    if pod.uid is not None:
+        target["uid"] = pod.uid
     entry: dict[str, Any] = {
         "addresses": [str(ip)],
         "conditions": {"ready": True, "serving": True, "terminating": False},
         "targetRef": target,
     }
-    spec = pod.get("spec")
-    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-    if isinstance(node, str) and node:
-        entry["nodeName"] = node
+    if pod.node_name is not None:
+        entry["nodeName"] = pod.node_name
     return entry
 
 
@@ -113,9 +111,9 @@ def desired_objects(
     spec: ClusterSpec,
     namespace: str,
     *,
-    services: Objects,
-    slices: Objects,
-    listed: Sequence[tuple[str, Mapping[str, Any], IP]],
+    services: Services,
+    slices: Slices,
+    listed: Sequence[tuple[str, Pod, IP]],
     default_family: int,
     ports: list[dict[str, Any]],
     keep: Keep,
@@ -159,22 +157,13 @@ def desired_objects(
     return objects
 
 
-def slice_ports(spec: ClusterSpec, pod: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+def slice_ports(spec: ClusterSpec, pod: Pod | None) -> list[dict[str, Any]] | None:
     """The slice's ports: one per Service port, named like it, with the Pod's port number.
 
     A named ``targetPort`` is resolved in the Pod's container ports (an EndpointSlice
-    carries numbers); ``None`` if it is not there.
+    carries numbers); ``None`` if it is not there (or there is no Pod).
     """
-    declared: dict[str, int] = {}
-    pod_spec = pod.get("spec")
-    containers = pod_spec.get("containers") if isinstance(pod_spec, Mapping) else None
-    for container in containers if isinstance(containers, list) else []:
-        container_ports = container.get("ports") if isinstance(container, Mapping) else None
-        for port in container_ports if isinstance(container_ports, list) else []:
-            if isinstance(port, Mapping) and isinstance(port.get("name"), str):
-                number = port.get("containerPort")
-                if isinstance(number, int) and not isinstance(number, bool):
-                    declared.setdefault(port["name"], number)
+    declared = pod.container_ports if pod is not None else {}
     result = []
     for port in spec.service_ports:
         target = port.target_port
@@ -185,37 +174,22 @@ def slice_ports(spec: ClusterSpec, pod: Mapping[str, Any]) -> list[dict[str, Any
     return result
 
 
-def listed_now(slices: Objects, service: str) -> dict[str, str]:
+def listed_now(slices: Slices, service: str) -> dict[str, str]:
     """Pod name → address of every endpoint our slices of ``service`` list now."""
     listed: dict[str, str] = {}
     for _, observed in sorted(slices.items()):
-        if service_of(observed) != service:
-            continue
-        endpoints = observed.get("endpoints")
-        for entry in endpoints if isinstance(endpoints, list) else []:
-            if not isinstance(entry, Mapping):
-                continue
-            target = entry.get("targetRef")
-            addresses = entry.get("addresses")
-            if (
-                isinstance(target, Mapping)
-                and target.get("kind") == "Pod"
-                and isinstance(target.get("name"), str)
-                and isinstance(addresses, list)
-                and addresses
-                and isinstance(addresses[0], str)
-            ):
-                listed.setdefault(target["name"], addresses[0])
+        if service_of(observed) == service:
+            for pod, address in observed.endpoints:
+                listed.setdefault(pod, address)
     return listed
 
 
-def service_of(observed: Mapping[str, Any]) -> str | None:
+def service_of(observed: SliceChild) -> str | None:
     """The Service an observed EndpointSlice belongs to (its ``service-name`` label)."""
-    value = labels_of(observed).get(SERVICE_NAME_LABEL)
-    return value if isinstance(value, str) else None
+    return observed.labels.get(SERVICE_NAME_LABEL)
 
 
-def _ours(observed: Mapping[str, Any], services: Objects, spec: ClusterSpec) -> bool:
+def _ours(observed: SliceChild, services: Services, spec: ClusterSpec) -> bool:
     """Whether :func:`desired_objects` emits (a version of) this observed slice."""
     rs = spec.replica_service
     assert rs is not None
@@ -225,8 +199,8 @@ def _ours(observed: Mapping[str, Any], services: Objects, spec: ClusterSpec) -> 
     return service == spec.service_name and _managed_by_us(observed)
 
 
-def _managed_by_us(observed: Mapping[str, Any]) -> bool:
-    return labels_of(observed).get(SLICE_MANAGED_BY_LABEL) == SLICE_MANAGER
+def _managed_by_us(observed: SliceChild) -> bool:
+    return observed.labels.get(SLICE_MANAGED_BY_LABEL) == SLICE_MANAGER
 
 
 def _emptied(preserved: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,135 @@
+"""The routing decision: which member, if any, the primary Service may select.
+
+The rule (see :func:`choose_leader`): route only to the one member Patroni itself
+reports as the running leader, whose Pod is selectable and not terminating. Anything
+else is a :class:`Decision` that keeps the observed selector, with the reason.
+
+Pure: members and Pods in, a :class:`Route` out.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hooks.domain.members import MemberStatus
+from hooks.domain.model import POD_NAME_LABEL, ClusterSpec
+from hooks.domain.observed import Pod
+
+
+class Decision(enum.Enum):
+    """Why the reply looks the way it does; the value is the condition's reason."""
+
+    ROUTED = "LeaderFound"
+    NO_MEMBERS = "NoMembers"
+    NO_LEADER = "NoLeader"
+    LEADER_NOT_READY = "LeaderNotReady"
+    MULTIPLE_LEADERS = "MultipleLeaders"
+    LEADER_TERMINATING = "LeaderTerminating"
+    LEADER_NOT_SELECTABLE = "LeaderPodNotSelectable"
+    MEMBER_NAME_MISMATCH = "MemberNameMismatch"
+    INVALID_SPEC = "InvalidSpec"
+    FINALIZING = "Finalizing"
+
+    @property
+    def degraded(self) -> bool:
+        """Routing could not be confirmed: keep what is observed, look again soon."""
+        return self not in (Decision.ROUTED, Decision.INVALID_SPEC, Decision.FINALIZING)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """The decision of one sync: the confirmed leader (only when routed), or why not."""
+
+    decision: Decision
+    leader: str | None = None
+    #: Why routing is not confirmed ("" when routed).
+    why: str = ""
+    #: The timeline the leader reported in this sync (only when routed, if it did).
+    timeline: int | None = None
+
+    @property
+    def routed(self) -> bool:
+        return self.decision is Decision.ROUTED
+
+
+def choose_leader(
+    pods: Mapping[str, Pod],
+    members: Sequence[MemberStatus],
+    spec: ClusterSpec,
+) -> Route:
+    """Apply the routing rules; return the decision, the leader (if routed) and why.
+
+    How many members answered does not matter: a member answers 200 on the health path
+    only while Patroni's ``Ha.is_leader()`` holds (``patroni/api.py``, ``do_GET``), and that
+    is true only until the expiry Patroni set from the DCS TTL when it last wrote the
+    leader key (``patroni/ha.py``, ``is_leader`` / ``set_is_leader``). A leader that lost
+    the DCS stops answering 200 before the key can expire and another member can take
+    it. So a single 200 is a lock holder, and a member the hook cannot reach adds no
+    doubt that Patroni has not already resolved. (The exception, Patroni's maintenance
+    ``pause`` with the DCS unreachable, is where Patroni itself trusts the running role.)
+    Two 200s at once (a stale or forged answer) keep the Service where it is.
+    """
+    path = spec.health_check_path
+    if not members:
+        return Route(
+            Decision.NO_MEMBERS, why=f"No Pod matches primarySelector {_selector_text(spec)}"
+        )
+    claimants = [m for m in members if m.claims_leadership]
+    answered = [m for m in members if m.reachable]
+    if len(claimants) > 1:
+        names = ", ".join(m.name for m in claimants)
+        return Route(
+            Decision.MULTIPLE_LEADERS, why=f"Several members answer 200 on {path}: {names}"
+        )
+    if not claimants:
+        return Route(
+            Decision.NO_LEADER,
+            why=f"No member answers 200 on {path} ({len(answered)} of {len(members)} answered"
+            f"{_unreachable_phrase(members)})",
+        )
+    claimant = claimants[0]
+    if not claimant.is_leader:
+        return Route(
+            Decision.LEADER_NOT_READY,
+            why=f"{claimant.name} holds the leader lock but reports role={claimant.role}, "
+            f"state={claimant.state}",
+        )
+    if (
+        spec.verify_member_name
+        and claimant.patroni_name is not None
+        and claimant.patroni_name != claimant.name
+    ):
+        # The pod's IP answered as another member: a stale or reused IP. Never route on it.
+        return Route(
+            Decision.MEMBER_NAME_MISMATCH,
+            why=f"Pod {claimant.name}'s IP answers as Patroni member {claimant.patroni_name!r}",
+        )
+    pod = pods[claimant.name]
+    if pod.terminating:
+        return Route(
+            Decision.LEADER_TERMINATING,
+            why=f"Leader {claimant.name} is terminating; waiting for Patroni to elect another",
+        )
+    labels = pod.labels
+    wanted = {**spec.primary_selector, POD_NAME_LABEL: claimant.name}
+    missing = sorted(k for k, v in wanted.items() if labels.get(k) != v)
+    if missing:
+        return Route(
+            Decision.LEADER_NOT_SELECTABLE,
+            why=f"Leader {claimant.name} lacks the label(s) {', '.join(missing)} that the "
+            f"Service selector needs",
+        )
+    return Route(Decision.ROUTED, claimant.name, timeline=claimant.timeline)
+
+
+def _unreachable_phrase(members: Sequence[MemberStatus]) -> str:
+    lost = [f"{m.name}: {m.reason}" for m in members if not m.reachable]
+    foreign = [f"{m.name}: {m.reason}" for m in members if m.reachable and not m.patroni_answer]
+    phrase = f"; unreachable: {'; '.join(lost)}" if lost else ""
+    return phrase + (f"; not Patroni: {'; '.join(foreign)}" if foreign else "")
+
+
+def _selector_text(spec: ClusterSpec) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(spec.primary_selector.items()))

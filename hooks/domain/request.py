@@ -1,0 +1,63 @@
+"""The sync request as the decision sees it: the parent's identity, its spec, the observed state.
+
+Filled in by :func:`hooks.loaders.envelope.load_sync_request`; read by the core, the parts
+and the shell.
+
+Pure: a value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hooks.domain.model import ClusterSpec, SpecProblem
+from hooks.domain.observed import (
+    Child,
+    CronJobChild,
+    Job,
+    Pod,
+    PreviousStatus,
+    ServiceChild,
+    SliceChild,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    """A sync or finalize request, checked and loaded into typed values (hooks.loaders).
+
+    The observed objects are :mod:`hooks.domain.observed` values: nothing above the loaders
+    reads a Metacontroller dict.
+    """
+
+    namespace: str
+    name: str
+    generation: int | None
+    spec: ClusterSpec | None
+    spec_problems: tuple[SpecProblem, ...]
+    #: Observed Service children, by name.
+    services: Mapping[str, ServiceChild]
+    #: Observed children of other types, by group and name (a reply never drops them).
+    other_children: Mapping[str, Mapping[str, Child]]
+    #: Related Patroni Pods, by name.
+    pods: Mapping[str, Pod]
+    finalizing: bool
+    #: The parent's ``metadata.uid`` (labels the backup Jobs).
+    uid: str | None = None
+    #: Related backup Jobs, by name; ``None`` when the request has no such group.
+    jobs: Mapping[str, Job] | None = None
+    #: ``other_children``' EndpointSlice and CronJob groups, typed; ``None`` when the
+    #: request has no such group (the CompositeController does not declare the type).
+    slices: Mapping[str, SliceChild] | None = None
+    cronjobs: Mapping[str, CronJobChild] | None = None
+    #: The parent's status as the last reply (or anyone) wrote it.
+    previous: PreviousStatus = field(default_factory=PreviousStatus)
+    #: The parent's ``apiVersion`` and ``kind`` (an Event's ``regarding``).
+    api_version: str = "adg.io/v1alpha1"
+    kind: str = "PostgreSQLCluster"
+
+    @property
+    def cluster(self) -> str:
+        """``namespace/name`` of the parent, for logs and metrics."""
+        return f"{self.namespace}/{self.name}"

@@ -1,0 +1,107 @@
+"""Unit tests of :mod:`hooks.loaders.observed`: each observed object's typed value, field by field.
+
+The pipeline tests (tests/test_sync.py, test_replicas.py, test_backup.py, test_reply_bytes.py)
+read these values through the decisions; here every attribute is pinned on its own: the name
+each value carries, the last-applied record every kind of child keeps, and what free input
+that is not of the expected type becomes (``None``, never the junk itself).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from hooks.domain.model import LAST_APPLIED_ANNOTATION
+from hooks.domain.observed import CronJobChild, ServiceChild, SliceChild
+from hooks.loaders.observed import load_child, load_jobs, load_pod, load_previous_status
+
+
+def _applied(kind: str, api_version: str, name: str) -> dict[str, Any]:
+    """An object with a usable last-applied record of itself."""
+    record = {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}}
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": name, "annotations": {LAST_APPLIED_ANNOTATION: json.dumps(record)}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("group", "kind", "api_version", "value"),
+    [
+        ("Service.v1", "Service", "v1", ServiceChild),
+        ("EndpointSlice.discovery.k8s.io/v1", "EndpointSlice", "discovery.k8s.io/v1", SliceChild),
+        ("CronJob.batch/v1", "CronJob", "batch/v1", CronJobChild),
+        ("ConfigMap.v1", "ConfigMap", "v1", None),
+    ],
+)
+def test_every_kind_of_child_keeps_its_name_group_and_last_applied_record(
+    group: str, kind: str, api_version: str, value: type | None
+) -> None:
+    obj = _applied(kind, api_version, "x")
+    child = load_child(group, "x", obj)
+    assert (child.group, child.name) == (group, "x")
+    assert child.last_applied == {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": "x"},
+    }
+    assert child.raw == obj
+    if value is not None:
+        assert type(child) is value
+
+
+def test_a_pod_is_named_by_its_key_and_keeps_only_a_text_uid() -> None:
+    pod = load_pod("Pod.v1", "p", {"metadata": {"name": "p", "uid": "u-1"}})
+    assert (pod.name, pod.uid) == ("p", "u-1")
+    assert load_pod("Pod.v1", "p", {"metadata": {"name": "p", "uid": 7}}).uid is None
+
+
+def test_a_selector_that_is_not_an_object_is_none() -> None:
+    service = {"metadata": {"name": "s"}, "spec": {"selector": ["app"]}}
+    loaded = load_child("Service.v1", "s", service)
+    assert isinstance(loaded, ServiceChild)
+    assert loaded.selector is None
+
+
+def test_a_jobs_name_and_its_end() -> None:
+    job = {
+        "metadata": {"name": "j", "labels": {"a": "b"}},
+        "status": {
+            "completionTime": "2026-08-20T02:31:00Z",
+            "conditions": [{"type": "Complete", "status": "True"}],
+        },
+    }
+    (loaded,) = load_jobs("Job.batch/v1", {"j": job}).values()
+    assert (loaded.name, dict(loaded.labels)) == ("j", {"a": "b"})
+    assert loaded.finished is not None
+    assert (loaded.finished.kind, loaded.finished.when) == ("Complete", "2026-08-20T02:31:00Z")
+
+
+def test_a_cronjobs_requests_and_limits_keep_their_text_quantities_only() -> None:
+    container = {
+        "name": "basebackup",
+        "resources": {"requests": {"cpu": "500m", "memory": 1}, "limits": {"memory": "1Gi"}},
+    }
+    cronjob = {
+        "metadata": {"name": "c"},
+        "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [container]}}}}},
+    }
+    loaded = load_child("CronJob.batch/v1", "c", cronjob)
+    assert isinstance(loaded, CronJobChild)
+    assert loaded.container_resources == {
+        "basebackup": {"requests": {"cpu": "500m"}, "limits": {"memory": "1Gi"}}
+    }
+
+
+def test_a_previous_condition_without_a_text_status_is_not_kept() -> None:
+    status = {"conditions": [{"type": "Ready", "status": True, "reason": "LeaderFound"}]}
+    (condition,) = load_previous_status(status).conditions
+    assert (condition.status, condition.reason, condition.condition) == (None, "LeaderFound", None)
+
+
+def test_a_previous_backup_cronjob_that_is_not_text_is_none() -> None:
+    assert load_previous_status({"backup": {"cronJob": 5}}).backup.cron_job is None
+    assert load_previous_status({"backup": {"cronJob": "c"}}).backup.cron_job == "c"
