@@ -47,8 +47,8 @@ from types import ModuleType
 from typing import Any
 
 from bench.fakepatroni import HUNG, LEADER, REPLICA, fake_members
-from hooks.config import PatroniTLS
-from hooks.members import MemberStatus, ProbeTarget
+from hooks.domain.members import MemberStatus, ProbeTarget
+from hooks.shell.config import PatroniTLS
 from tests.patroni_wire import patroni_body, response_head
 
 #: First loopback address of the TLS members (bench.fakepatroni's start at 127.0.0.40).
