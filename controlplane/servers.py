@@ -28,6 +28,7 @@ import socket
 import ssl
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -221,6 +222,24 @@ class ControlPlane:
         self.apiserver.start()
         _wait_http_ok(self.apiserver, f"{self.server_url}/readyz", self._admin_ssl(), READY_TIMEOUT)
         return time.monotonic() - started
+
+    @contextlib.contextmanager
+    def etcd_paused(self, limit: float = 60.0) -> Iterator[float]:
+        """etcd stopped with SIGSTOP for the block (a hung etcd: its sockets stay open, it
+        answers nothing), resumed with SIGCONT on exit however the block ends, and at the
+        latest after ``limit`` seconds (a timer), so a test that hangs cannot leave the
+        control plane frozen for the rest of the session. Yields the pause's start
+        (monotonic)."""
+        started = time.monotonic()
+        self.etcd.pause()
+        timer = threading.Timer(limit, self.etcd.resume)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield started
+        finally:
+            timer.cancel()
+            self.etcd.resume()
 
     def _admin_ssl(self) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=str(self.ca_file))

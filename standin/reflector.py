@@ -23,7 +23,7 @@ from typing import Any
 
 import requests
 
-from controlplane.rest import KubeApiError, KubeRest
+from controlplane.rest import KubeApiError, KubeRest, abort
 
 LOG = logging.getLogger("standin.reflector")
 RECONNECT_CAP = 2.0
@@ -63,13 +63,17 @@ class Reflector:
         )
         #: Lists done (the first one plus every re-list after a 410 or an error).
         self.lists = 0
+        self._response: requests.Response | None = None
 
     def start(self) -> Reflector:
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Stop at once: the open watch is aborted rather than waited out (up to
+        ``watch_seconds`` on a quiet resource)."""
         self._stop.set()
+        abort(self._response)
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=self.watch_seconds + 15)
 
@@ -94,7 +98,9 @@ class Reflector:
             try:
                 if not version:
                     version = self._list()
-                for event in self.rest.watch(self.path, version, self.watch_seconds):
+                for event in self.rest.watch(
+                    self.path, version, self.watch_seconds, opened=self._opened
+                ):
                     if self._stop.is_set():
                         return
                     obj = event.get("object") or {}
@@ -117,6 +123,15 @@ class Reflector:
                 LOG.debug("watch %s dropped; reconnecting", self.path, exc_info=True)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, RECONNECT_CAP)
+            except Exception:
+                if self._stop.is_set():  # whatever an aborted stream raised: stopping anyway
+                    return
+                raise
+
+    def _opened(self, response: requests.Response) -> None:
+        self._response = response
+        if self._stop.is_set():  # stopped while the watch was being opened
+            abort(response)
 
     def _list(self) -> str:
         listed = self.rest.get(self.path)
