@@ -197,6 +197,18 @@ class Writer:
         finally:
             conn.close()
 
+    def first_commit_on(self, server: str, after: float, timeout: float) -> float:
+        """When a write through the Service first committed on ``server`` (a member's
+        address) after ``after``; waits up to ``timeout`` for one."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for write in list(self.writes):
+                if write.at > after and write.outcome == "committed" and write.server == server:
+                    return write.at
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no write committed on {server} within {timeout} s")
+            time.sleep(WRITE_INTERVAL / 2)
+
     def count(self, outcome: str) -> int:
         return sum(1 for w in self.writes if w.outcome == outcome)
 
@@ -217,6 +229,8 @@ class Witnesses:
     members_by_ip: dict[str, str]
     service_uid: str
     started: float
+    #: What the test measured, for its report.
+    figures: dict[str, float] = field(default_factory=dict)
 
     def stop(self) -> None:
         self.writer.stop()
@@ -294,7 +308,10 @@ def summary(run: Witnesses) -> str:
         f"{outcome} {writer.count(outcome)}"
         for outcome in ("committed", "read-only", "failed", "no-endpoint")
     )
-    return f"writes: {counts}; slice changes {len(run.rig.slices.history)}"
+    failures = sorted(
+        {w.message.split(":")[-1].strip()[:60] for w in writer.writes if w.outcome == "failed"}
+    )
+    return f"writes: {counts} ({'; '.join(failures)}); slice changes {len(run.rig.slices.history)}"
 
 
 @contextlib.contextmanager
