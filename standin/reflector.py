@@ -8,6 +8,11 @@ compacted) lists again; a dropped connection or a restarting server reconnects w
 bounded backoff. Every change calls ``on_event(type, object, old)`` from the reflector's own
 thread, as an informer's handlers are called.
 
+A restarted API server is what ``tests/test_kube_faults.py`` puts it through: the watch
+ends (or is refused) and is retried from the same resourceVersion, which the new server
+answers with its events or a 410 (then a list), so the cache catches up as client-go's
+does; the retries back off to :data:`RECONNECT_CAP`, not client-go's 30 s.
+
 Where it differs from client-go: a re-list does not synthesise DELETED events for objects
 that vanished meanwhile (it replaces the cache and reports every listed object as a
 resync), and there is no periodic resync of the handlers.

@@ -29,7 +29,9 @@ and the promotion:
 * (a) ``ONE_SYNC`` + the reconnect of the watches after the API server is back: the
   stand-in's reflectors retry within ``RECONNECT_CAP`` = 2 s, kube-controller-manager's
   (client-go: 0.8 s doubling, jitter up to ×2, cap 30 s) within ``2·D + 1.6`` s of a
-  downtime of ``D`` s (the interval in which the server came back is at most that long);
+  downtime of ``D`` s (the interval in which the server came back is at most that long),
+  ``D`` counted from the SIGTERM (the server stops listening at once, then lingers: it
+  had not exited after 15 s, when it is killed) to ``/readyz``;
 * (b) ``ONE_SYNC`` + the new stand-in's start (its lists; it syncs every parent first);
 * (c) ``ONE_SYNC``: the stand-in retries the failed sync within 1 s of the hook's return
   (real Metacontroller: client-go's 5 ms doubling backoff, so up to about the outage's
