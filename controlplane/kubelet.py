@@ -34,7 +34,7 @@ from typing import Any
 
 import requests
 
-from controlplane.rest import KubeApiError, KubeRest
+from controlplane.rest import KubeApiError, KubeRest, abort
 
 POD_IP_ANNOTATION = "kubelet-standin.pgfh.test/pod-ip"
 LOG = logging.getLogger("controlplane.kubelet")
@@ -104,6 +104,7 @@ class KubeletStandIn:
         self._thread: threading.Thread | None = None
         self._session = requests.Session()
         self._session.trust_env = False  # probes go to the Pod IP only, never to a proxy
+        self._response: requests.Response | None = None
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self) -> KubeletStandIn:
@@ -116,6 +117,7 @@ class KubeletStandIn:
 
     def stop(self) -> None:
         self._stop.set()
+        abort(self._response)  # the open watch ends now, not at its timeout
         with self._lock:
             workers = list(self._workers.values())
             self._workers.clear()
@@ -174,7 +176,11 @@ class KubeletStandIn:
                     for pod in listed.get("items") or []:
                         self._handle(pod)
                 for event in self.api.watch(
-                    "/api/v1/pods", resource_version, WATCH_SECONDS, fieldSelector=selector
+                    "/api/v1/pods",
+                    resource_version,
+                    WATCH_SECONDS,
+                    opened=self._opened,
+                    fieldSelector=selector,
                 ):
                     if self._stop.is_set():
                         break
@@ -195,6 +201,15 @@ class KubeletStandIn:
                 LOG.debug("kubelet stand-in watch failed; reconnecting", exc_info=True)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, RECONNECT_CAP)
+            except Exception:
+                if self._stop.is_set():  # whatever an aborted stream raised: stopping anyway
+                    return
+                raise
+
+    def _opened(self, response: requests.Response) -> None:
+        self._response = response
+        if self._stop.is_set():
+            abort(response)
 
     def _key(self, pod: dict[str, Any]) -> str:
         meta = pod["metadata"]

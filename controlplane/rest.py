@@ -10,8 +10,10 @@ seconds at the latest (the server's ``timeoutSeconds`` plus a margin on the read
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterator, Mapping
+import socket
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,10 +144,18 @@ class KubeRest:
         return self.request("DELETE", path, body=body)
 
     def watch(
-        self, path: str, resource_version: str, timeout: int = 30, **params: str
+        self,
+        path: str,
+        resource_version: str,
+        timeout: int = 30,
+        *,
+        opened: Callable[[requests.Response], None] | None = None,
+        **params: str,
     ) -> Iterator[JSON]:
         """Watch events (``{"type", "object"}``) from ``resource_version`` for at most
-        ``timeout`` seconds; an ``ERROR`` event raises :class:`KubeApiError` (410: list again)."""
+        ``timeout`` seconds; an ``ERROR`` event raises :class:`KubeApiError` (410: list again).
+        ``opened`` is handed the streaming response, so that another thread can end the
+        watch at once with :func:`abort` (a quiet watch otherwise blocks until ``timeout``)."""
         query = {
             **params,
             "watch": "1",
@@ -159,6 +169,8 @@ class KubeRest:
             stream=True,
             timeout=(CALL_TIMEOUT, timeout + 10),
         ) as response:
+            if opened is not None:
+                opened(response)
             if response.status_code == 403:
                 self.forbidden.append(f"WATCH {path}")
             if response.status_code >= 300:
@@ -176,6 +188,17 @@ class KubeRest:
                         status,
                     )
                 yield event
+
+
+def abort(response: requests.Response | None) -> None:
+    """End a streaming response from another thread: its socket is shut down, so the thread
+    reading it sees the end of the stream at once. Closing the session would not wake it."""
+    raw = getattr(response, "raw", None)
+    connection = getattr(raw, "connection", None) or getattr(raw, "_connection", None)
+    sock = getattr(connection, "sock", None)
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def _decode(response: requests.Response) -> JSON:

@@ -28,6 +28,7 @@ import socket
 import ssl
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -146,6 +147,17 @@ class Server:
 
 
 @dataclass
+class ApiserverOutage:
+    """When (monotonic) a stop of kube-apiserver was asked for, it had exited, it was started
+    again and it answered ready (:meth:`ControlPlane.apiserver_down`)."""
+
+    asked: float
+    exited: float = 0.0
+    starting: float = 0.0
+    ready: float = 0.0
+
+
+@dataclass
 class ControlPlane:
     """A running control plane; ``admin_kubeconfig`` is ``system:masters``."""
 
@@ -217,10 +229,45 @@ class ControlPlane:
     def restart_apiserver(self) -> float:
         """Stop kube-apiserver and start it again on the same port; seconds until ready."""
         started = time.monotonic()
-        self.apiserver.stop()
-        self.apiserver.start()
-        _wait_http_ok(self.apiserver, f"{self.server_url}/readyz", self._admin_ssl(), READY_TIMEOUT)
+        with self.apiserver_down():
+            pass
         return time.monotonic() - started
+
+    @contextlib.contextmanager
+    def apiserver_down(self) -> Iterator[ApiserverOutage]:
+        """kube-apiserver stopped (SIGTERM, until it has exited) for the block, then started
+        again on the same port and waited for until ``/readyz`` answers 200, however the
+        block ends. The outage's times are filled in as they happen."""
+        outage = ApiserverOutage(time.monotonic())
+        self.apiserver.stop()
+        outage.exited = time.monotonic()
+        try:
+            yield outage
+        finally:
+            outage.starting = time.monotonic()
+            self.apiserver.start()
+            _wait_http_ok(
+                self.apiserver, f"{self.server_url}/readyz", self._admin_ssl(), READY_TIMEOUT
+            )
+            outage.ready = time.monotonic()
+
+    @contextlib.contextmanager
+    def etcd_paused(self, limit: float = 60.0) -> Iterator[float]:
+        """etcd stopped with SIGSTOP for the block (a hung etcd: its sockets stay open, it
+        answers nothing), resumed with SIGCONT on exit however the block ends, and at the
+        latest after ``limit`` seconds (a timer), so a test that hangs cannot leave the
+        control plane frozen for the rest of the session. Yields the pause's start
+        (monotonic)."""
+        started = time.monotonic()
+        self.etcd.pause()
+        timer = threading.Timer(limit, self.etcd.resume)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield started
+        finally:
+            timer.cancel()
+            self.etcd.resume()
 
     def _admin_ssl(self) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=str(self.ca_file))

@@ -80,6 +80,8 @@ def gunicorn_hook(
     ready_timeout: float = 30.0,
     ca_file: Path | None = None,
     app: str = "hooks.shell.app:create_app()",
+    port: int | None = None,
+    token: str | None = None,
 ) -> Iterator[GunicornHook]:
     """Start ``gunicorn -c python:hooks.shell.gunicorn_conf 'hooks.shell.app:create_app()'``.
 
@@ -87,18 +89,20 @@ def gunicorn_hook(
     itself, a random token is written to ``<workdir>/auth/token`` and returned in
     :attr:`GunicornHook.token`. With ``PGFH_TLS_CERT_FILE`` in ``env`` the hook serves
     HTTPS; ``ca_file`` verifies it. ``app`` names another WSGI app factory (the
-    benchmarks' instrumented one, :mod:`bench.stages`).
+    benchmarks' instrumented one, :mod:`bench.stages`). ``port`` and ``token``: those of
+    a hook stopped before, so that it comes back at the same URL accepting the same
+    token, as the pods of a Deployment come back behind its Service (the fault tests'
+    "every hook pod down, then back").
     """
-    port = free_port()
+    port = port or free_port()
     metrics_dir = workdir / "metrics"
     log_path = workdir / "gunicorn.log"
     env = dict(env or {})
-    token: str | None = None
     tokens_dir: Path | None = None
     if "PGFH_AUTH" not in env:
         tokens_dir = workdir / "auth"
         tokens_dir.mkdir(mode=0o700, exist_ok=True)
-        token = secrets.token_urlsafe(32)
+        token = token or secrets.token_urlsafe(32)
         (tokens_dir / "token").write_text(token + "\n")
         env.setdefault("PGFH_AUTH_TOKENS_PATH", str(tokens_dir))
     scheme = "https" if env.get("PGFH_TLS_CERT_FILE") else "http"

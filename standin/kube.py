@@ -37,7 +37,11 @@ is always strict; no ``parentResource.labelSelector`` or ``ignoreStatusChanges``
 (``SyncError``), metrics, leader election or ``--cache-flush-interval`` resync; the client-go
 token bucket (10 qps) of the rate limiter is left out; a related event walks only the parents
 whose customize answer is cached (Metacontroller would call customize from the event
-handler); the ``controller`` object is the server's, plus the ``status: {}`` and
+handler); the bearer token's Secret is read from the API server for every hook call
+(Metacontroller reads it once, when it builds the controller), so while the API server is
+unreachable the stand-in cannot call the hook at all, where Metacontroller would call it
+and fail at the write: either way nothing changes until the server is back; the
+``controller`` object is the server's, plus the ``status: {}`` and
 ``statusChecks: {}`` that Metacontroller's typed struct always serialises.
 """
 

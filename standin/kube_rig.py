@@ -44,6 +44,9 @@ READINESS_PROBE: dict[str, Any] = {
     "timeoutSeconds": 1,
     "failureThreshold": 3,
 }
+#: The stand-in's cap on its per-parent retry backoff (client-go's is 1000 s): a failed
+#: sync is retried within a second, so a test's bound does not hide a minute of backoff.
+MAX_BACKOFF = 1.0
 #: What the hook must be told to probe the test Pod network (and nothing else).
 HOOK_ENV = {"PGFH_ALLOWED_POD_CIDRS": "198.18.0.0/24"}
 
@@ -100,6 +103,9 @@ class SliceWatch:
     history: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
     #: Times the Service was seen DELETED.
     service_deleted: list[float] = field(default_factory=list)
+    #: ``(monotonic time, spec.selector)`` at every change of the Service's selector, from the
+    #: watch: when the stand-in's write of a new selector reached the server's watchers.
+    selectors: list[tuple[float, dict[str, str]]] = field(default_factory=list)
     on_change: Callable[[tuple[str, ...]], None] | None = None
     _slices: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -149,8 +155,15 @@ class SliceWatch:
             self._changed.notify_all()
 
     def _on_service(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        if kind == "DELETED" and obj["metadata"]["name"] == self.service:
+        if obj["metadata"]["name"] != self.service:
+            return
+        if kind == "DELETED":
             self.service_deleted.append(time.monotonic())
+            return
+        selector = dict((obj.get("spec") or {}).get("selector") or {})
+        with self._lock:
+            if not self.selectors or self.selectors[-1][1] != selector:
+                self.selectors.append((time.monotonic(), selector))
 
     def ready(self) -> tuple[str, ...]:
         with self._lock:
@@ -185,10 +198,41 @@ class KubeRig:
     slices: SliceWatch
     controller: KubeMetacontroller | None
     binary: MetacontrollerBinary | None
+    kubelet: KubeletStandIn | None = None
+    #: How :meth:`restart_controller` makes the next stand-in (the rig's own arguments).
+    controller_kubeconfig: Path | None = None
+    on_record: Callable[[KubeSyncRecord], None] | None = None
+    #: The records of stand-ins stopped by :meth:`restart_controller`.
+    _past_records: list[KubeSyncRecord] = field(default_factory=list)
 
     @property
     def records(self) -> list[KubeSyncRecord]:
-        return list(self.controller.records) if self.controller is not None else []
+        """Every hook call of the run, across restarts of the stand-in."""
+        now = list(self.controller.records) if self.controller is not None else []
+        return [*self._past_records, *now]
+
+    def stop_controller(self) -> None:
+        """Metacontroller gone (a crash, a rollout): nothing syncs until
+        :meth:`start_controller`. The stand-in's records are kept."""
+        if self.controller is not None:
+            self.controller.stop()
+            self._past_records.extend(self.controller.records)
+            self.controller = None
+        if self.binary is not None:
+            self.binary.stop()
+
+    def start_controller(self) -> None:
+        """Metacontroller back: a new process with empty caches, which lists everything,
+        then syncs every parent (a real binary: the same binary started again)."""
+        if self.binary is not None:
+            self.binary.start()
+            return
+        assert self.controller_kubeconfig is not None, "the rig was made without kube_rig"
+        controller = KubeMetacontroller(
+            self.controller_kubeconfig, on_record=self.on_record, max_backoff=MAX_BACKOFF
+        )
+        controller.start()
+        self.controller = controller
 
     def leader_ip(self, name: str) -> str:
         return pod_ip(self.cluster.member(name).ip)
@@ -226,25 +270,35 @@ def kube_rig(
     controller_config = controller_kubeconfig or kubeconfig
     rest = KubeRest.from_kubeconfig(kubeconfig)
     install(rest, hook_url, token)
-    with KubeletStandIn(rest, NODE):
+    with KubeletStandIn(rest, NODE) as kubelet:
         for member in cluster.members:
             _create_pod(rest, member_pod(member.name, member.ip, namespace))
         slices = SliceWatch(rest, namespace, on_change=on_change).start()
         binary = binary_from_env(controller_config, work_dir or Path("/tmp"), namespace)
         controller = None
         if binary is None:
-            controller = KubeMetacontroller(controller_config, on_record=on_record, max_backoff=1.0)
+            controller = KubeMetacontroller(
+                controller_config, on_record=on_record, max_backoff=MAX_BACKOFF
+            )
             controller.start()
         else:
             binary.start()
+        rig = KubeRig(
+            cluster,
+            rest,
+            namespace,
+            slices,
+            controller,
+            binary,
+            kubelet,
+            controller_config,
+            on_record,
+        )
         try:
             rest.create(resource_path(PARENT_API, PARENTS, namespace), cluster_resource(namespace))
-            yield KubeRig(cluster, rest, namespace, slices, controller, binary)
+            yield rig
         finally:
-            if controller is not None:
-                controller.stop()
-            if binary is not None:
-                binary.stop()
+            rig.stop_controller()
             slices.stop()
     rest.close()
 

@@ -8,6 +8,11 @@ compacted) lists again; a dropped connection or a restarting server reconnects w
 bounded backoff. Every change calls ``on_event(type, object, old)`` from the reflector's own
 thread, as an informer's handlers are called.
 
+A restarted API server is what ``tests/test_kube_faults.py`` puts it through: the watch
+ends (or is refused) and is retried from the same resourceVersion, which the new server
+answers with its events or a 410 (then a list), so the cache catches up as client-go's
+does; the retries back off to :data:`RECONNECT_CAP`, not client-go's 30 s.
+
 Where it differs from client-go: a re-list does not synthesise DELETED events for objects
 that vanished meanwhile (it replaces the cache and reports every listed object as a
 resync), and there is no periodic resync of the handlers.
@@ -23,7 +28,7 @@ from typing import Any
 
 import requests
 
-from controlplane.rest import KubeApiError, KubeRest
+from controlplane.rest import KubeApiError, KubeRest, abort
 
 LOG = logging.getLogger("standin.reflector")
 RECONNECT_CAP = 2.0
@@ -63,13 +68,17 @@ class Reflector:
         )
         #: Lists done (the first one plus every re-list after a 410 or an error).
         self.lists = 0
+        self._response: requests.Response | None = None
 
     def start(self) -> Reflector:
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Stop at once: the open watch is aborted rather than waited out (up to
+        ``watch_seconds`` on a quiet resource)."""
         self._stop.set()
+        abort(self._response)
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=self.watch_seconds + 15)
 
@@ -94,7 +103,9 @@ class Reflector:
             try:
                 if not version:
                     version = self._list()
-                for event in self.rest.watch(self.path, version, self.watch_seconds):
+                for event in self.rest.watch(
+                    self.path, version, self.watch_seconds, opened=self._opened
+                ):
                     if self._stop.is_set():
                         return
                     obj = event.get("object") or {}
@@ -117,6 +128,15 @@ class Reflector:
                 LOG.debug("watch %s dropped; reconnecting", self.path, exc_info=True)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, RECONNECT_CAP)
+            except Exception:
+                if self._stop.is_set():  # whatever an aborted stream raised: stopping anyway
+                    return
+                raise
+
+    def _opened(self, response: requests.Response) -> None:
+        self._response = response
+        if self._stop.is_set():  # stopped while the watch was being opened
+            abort(response)
 
     def _list(self) -> str:
         listed = self.rest.get(self.path)

@@ -15,17 +15,16 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from controlplane import ControlPlane
-from controlplane.accounts import metacontroller_kubeconfig
-from controlplane.rest import KubeRest, resource_path
+from controlplane.rest import resource_path
 from devcluster import PatroniCluster
 from standin.gunicorn import GunicornHook
 from standin.harness import SERVICE, rig_hook
-from standin.kube_rig import HOOK_ENV, KubeRig, kube_rig
+from standin.kube_rig import HOOK_ENV, KubeRig
+from tests.kube_faults import rig_on, wait_gone, wait_status
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metacontroller"
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
@@ -52,42 +51,16 @@ def rig(
     pod_network_hook: GunicornHook,
     tmp_path: Path,
 ) -> Iterator[KubeRig]:
-    with kube_rig(
+    # Metacontroller as itself: the ServiceAccount bound to the values' clusterRole.rules.
+    with rig_on(
+        control_plane,
         healthy_patroni_cluster,
-        control_plane.admin_kubeconfig,
         kube_namespace,
         pod_network_hook.url,
         pod_network_hook.token,
-        work_dir=tmp_path,
-        # Metacontroller as itself: the ServiceAccount bound to the values' clusterRole.rules.
-        controller_kubeconfig=metacontroller_kubeconfig(control_plane),
+        tmp_path,
     ) as running:
         yield running
-        if running.controller is not None:  # least privilege: not one call refused
-            assert running.controller.rest.forbidden == []
-
-
-def _gone(rest: KubeRest, path: str, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        items = rest.get(path).get("items") or []
-        if not items:
-            return
-        if time.monotonic() > deadline:
-            names = [i["metadata"]["name"] for i in items]
-            raise AssertionError(f"{what} still there after {timeout} s: {names}")
-        time.sleep(0.2)
-
-
-def _wait_status(rig: KubeRig, predicate: Any, timeout: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        parent = rig.parent()
-        if parent is not None and predicate(parent.get("status") or {}):
-            return parent
-        if time.monotonic() > deadline:
-            raise AssertionError(f"status not reached in {timeout} s: {parent}")
-        time.sleep(0.1)
 
 
 def test_the_primary_slice_follows_the_leader_through_a_kill_and_a_switchover(
@@ -98,7 +71,7 @@ def test_the_primary_slice_follows_the_leader_through_a_kill_and_a_switchover(
     assert leader is not None
     rig.slices.wait_ready((rig.leader_ip(leader),), 30, f"the leader {leader}")
     # Metacontroller writes the children first and the status after them: wait for it.
-    parent = _wait_status(rig, lambda status: status.get("primary") == leader, 30)
+    parent = wait_status(rig, lambda status: status.get("primary") == leader, 30)
     assert (
         "metacontroller.io/compositecontroller-pg-failover-hook" in parent["metadata"]["finalizers"]
     )
@@ -152,8 +125,8 @@ def test_the_primary_slice_follows_the_leader_through_a_kill_and_a_switchover(
     while rig.parent() is not None:
         assert time.monotonic() < deadline, "the PostgreSQLCluster was never finalized"
         time.sleep(0.2)
-    _gone(rig.rest, resource_path("v1", "services", rig.namespace), 30, "Services")
-    _gone(
+    wait_gone(rig.rest, resource_path("v1", "services", rig.namespace), 30, "Services")
+    wait_gone(
         rig.rest,
         resource_path("discovery.k8s.io/v1", "endpointslices", rig.namespace),
         30,

@@ -1,0 +1,477 @@
+"""Control-plane faults under a failover, on the real control plane with real Patroni.
+
+Each test breaks one part of what routes clients to the leader, during a failover of the
+real Patroni cluster (etcd DCS), with the real hook under gunicorn, the Metacontroller
+stand-in (or ``PGFH_METACONTROLLER_BINARY``) against the real kube-apiserver, the kubelet
+stand-in and the real endpointslice controller:
+
+* (a) kube-apiserver restarted (SIGTERM, started again on its port) while the leader stops;
+* (b) the stand-in (Metacontroller) stopped before the leader stops, started after;
+* (c) every hook pod (gunicorn) down for 30 s while the leader is SIGKILLed, then back;
+* (d) the control plane's etcd paused (SIGSTOP) for 10 s while the leader stops;
+* (e) the leader's Pod deleted (the kubelet stand-in stops its Patroni as a kubelet stops
+  the container), recreated with a new IP, and later the leader again through that IP;
+* and the bad input of the issue: a stale role label (and status annotation) written by hand
+  on a replica's Pod never moves the Service, and the status says so.
+
+Over every whole run (:func:`tests.kube_faults.check_run`, watches started before the fault):
+the Service is never deleted, replaced or left without a selector; its EndpointSlices never
+list two addresses ready, nor a member while it answered as a running replica (ground truth:
+``GET /primary`` on every member every 0.1 s); a writer that writes through the address the
+slice lists never has a write refused as read-only nor committed on a non-leader. Routing
+then converges within a bound derived from the settings, after the later of the fault's end
+and the promotion:
+
+* ``ONE_SYNC`` = the wait for the next sync (the stand-in's retry backoff, capped at
+  ``MAX_BACKOFF`` = 1 s, or the hook's healthy resync: ``PGFH_RESYNC_HEALTHY_SECONDS`` = 1 s,
+  phase-spread to at most 1.5 periods, so 1.5 s) + one probe round (the hook's deadline,
+  2 s) + the endpointslice controller's hop (allowed 1 s; it is tens of ms) = 4.5 s;
+* (a) ``ONE_SYNC`` + the reconnect of the watches after the API server is back: the
+  stand-in's reflectors retry within ``RECONNECT_CAP`` = 2 s, kube-controller-manager's
+  (client-go: 0.8 s doubling, jitter up to ×2, cap 30 s) within ``2·D + 1.6`` s of a
+  downtime of ``D`` s (the interval in which the server came back is at most that long),
+  ``D`` counted from the SIGTERM (the server stops listening at once, then lingers: it
+  had not exited after 15 s, when it is killed) to ``/readyz``;
+* (b) ``ONE_SYNC`` + the new stand-in's start (its lists; it syncs every parent first);
+* (c) ``ONE_SYNC``: the stand-in retries the failed sync within 1 s of the hook's return
+  (real Metacontroller: client-go's 5 ms doubling backoff, so up to about the outage's
+  length again: docs/troubleshooting.md, section 5);
+* (d) ``ONE_SYNC``: the writes waiting on the API server complete once etcd answers
+  (``CALL_TIMEOUT`` 30 s > 10 s);
+* (e) ``ONE_SYNC`` after the promotion of the member behind the new IP.
+
+The measured figures are printed (``FAULT …`` lines) and quoted in docs/troubleshooting.md.
+The module's Patroni cluster is its own, on 127.0.0.32-34 (etcd 127.0.0.31), apart from the
+session's on 127.0.0.2-4; still run it under ``flock /tmp/pgfh-realcluster.lock`` on a shared
+machine (real clusters are heavy on two cores).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane import ControlPlane
+from controlplane.podnet import pod_ip
+from controlplane.rest import KubeRest, resource_path
+from devcluster import LeaderElection, PatroniCluster
+from devcluster.layout import API_PORT, PG_PORT
+from standin.harness import SERVICE
+from standin.kube_rig import HOOK_ENV, MAX_BACKOFF, KubeRig, member_pod
+from standin.reflector import RECONNECT_CAP
+from tests.controlplane_fixtures import running_control_plane
+from tests.kube_faults import (
+    RestartableHook,
+    TcpForwarder,
+    Witnesses,
+    check_run,
+    rig_on,
+    summary,
+    wait_gone,
+    wait_status,
+    witnesses,
+)
+from tests.patroni_fixtures import REPAIR_TIMEOUT, RESTART_TIMEOUT, repair_after
+
+pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.kube, pytest.mark.slow]
+
+#: The hook's healthy resync (hooks/model.py ``ResyncTiming.healthy``) phase-spread to at
+#: most 1.5 periods (hooks/switchover.py ``spread_resync``), and its probe round deadline
+#: (hooks/config.py ``probe_deadline``).
+HEALTHY_RESYNC_MAX = 1.5 * 1.0
+PROBE_DEADLINE = 2.0
+#: The endpointslice controller's hop from the Service write to the slice (no batch period).
+SLICE_HOP = 1.0
+ONE_SYNC = max(MAX_BACKOFF, HEALTHY_RESYNC_MAX) + PROBE_DEADLINE + SLICE_HOP
+#: client-go's reflector backoff (``NewExponentialBackoffManager(800ms, 30s, 2m, 2.0, 1.0)``).
+CLIENT_GO_BACKOFF_CAP = 30.0
+#: What the new stand-in may take to list everything it watches (a few lists, idle server).
+STANDIN_START = 5.0
+HOOK_DOWN_SECONDS = 30.0
+ETCD_PAUSE_SECONDS = 10.0
+FIRST_IP, ETCD_HOST = 32, "127.0.0.31"
+#: The new Pod IP of test (e): 198.18.0.62 reaches 127.0.0.62, where a forwarder is the
+#: member (no other test uses that address).
+NEW_LOOPBACK = "127.0.0.62"
+
+
+def _after_apiserver_back(downtime: float) -> float:
+    return ONE_SYNC + max(RECONNECT_CAP, min(2 * downtime + 1.6, CLIENT_GO_BACKOFF_CAP))
+
+
+@pytest.fixture(scope="module")
+def fault_members(request: pytest.FixtureRequest) -> Iterator[PatroniCluster]:
+    """A real Patroni cluster of the module's own, on 127.0.0.32-34 (etcd on 127.0.0.31):
+    the faults stop and kill its leader, and no other test's cluster is near it."""
+    cluster = PatroniCluster(first_ip=FIRST_IP, etcd_host=ETCD_HOST)
+    cluster.start(timeout=RESTART_TIMEOUT)
+    try:
+        yield cluster
+    finally:
+        cluster.stop(keep_logs=request.session.testsfailed > 0)
+
+
+@pytest.fixture
+def fault_cluster(
+    fault_members: PatroniCluster, request: pytest.FixtureRequest
+) -> Iterator[PatroniCluster]:
+    """That cluster healthy (every member up, one leader, the others streaming); repaired
+    after the test, which fails if it left the cluster beyond repair."""
+    fault_members.ensure_healthy(timeout=REPAIR_TIMEOUT)
+    yield fault_members
+    problem = repair_after(fault_members, request.node.nodeid)
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def fault_hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestartableHook]:
+    """The hook from the work tree (the faults are the control plane's; the image is the
+    end-to-end test's), restartable at the same URL for (c)."""
+    hook = RestartableHook(tmp_path_factory.mktemp("fault-hook"), HOOK_ENV)
+    hook.start()
+    try:
+        yield hook
+    finally:
+        hook.stop()
+
+
+@pytest.fixture
+def rig(
+    control_plane: ControlPlane,
+    pod_network: None,
+    kube_namespace: str,
+    fault_cluster: PatroniCluster,
+    fault_hook: RestartableHook,
+    tmp_path: Path,
+) -> Iterator[KubeRig]:
+    """The rig on the session's control plane (for faults that leave it intact)."""
+    with rig_on(
+        control_plane,
+        fault_cluster,
+        kube_namespace,
+        fault_hook.url,
+        fault_hook.token,
+        tmp_path,
+    ) as running:
+        yield running
+
+
+@pytest.fixture
+def own_plane(
+    tmp_path_factory: pytest.TempPathFactory, pod_network: None
+) -> Iterator[ControlPlane]:
+    """A control plane of the test's own, for a fault that breaks it."""
+    with running_control_plane(tmp_path_factory) as plane:
+        yield plane
+
+
+@pytest.fixture
+def own_rig(
+    own_plane: ControlPlane,
+    fault_cluster: PatroniCluster,
+    fault_hook: RestartableHook,
+    tmp_path: Path,
+) -> Iterator[KubeRig]:
+    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    rest = KubeRest.from_kubeconfig(own_plane.admin_kubeconfig)
+    try:
+        rest.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+    finally:
+        rest.close()
+    with rig_on(
+        own_plane, fault_cluster, namespace, fault_hook.url, fault_hook.token, tmp_path
+    ) as running:
+        yield running
+
+
+def _report(
+    record_property: Any, fault: str, converged: float, bound: float, run: Witnesses, **extra: Any
+) -> None:
+    figures = {
+        "converged_s": round(converged, 3),
+        "bound_s": round(bound, 3),
+        **run.figures,
+        **extra,
+    }
+    line = f"FAULT {fault}: {json.dumps(figures)}; {summary(run)}"
+    print(f"\n{line}", flush=True)
+    record_property(f"fault_{fault}", line)
+
+
+@dataclass
+class Failover:
+    """The leader being failed over and, after the block, who Patroni elected."""
+
+    old: str
+    election: LeaderElection | None = None
+
+    @property
+    def new(self) -> LeaderElection:
+        assert self.election is not None, "the block has not ended"
+        return self.election
+
+
+@contextlib.contextmanager
+def failing_over(cluster: PatroniCluster, *, kill: bool = False) -> Iterator[Failover]:
+    """The leader stopped (SIGTERM: it releases the lock) or SIGKILLed (the lock expires
+    after the TTL) as the block starts; the fault is the block; Patroni's election is
+    awaited after it (a watch started before the stop)."""
+    leader = cluster.leader()
+    assert leader is not None
+    failover = Failover(leader)
+    with cluster.watch_leader(exclude={leader}) as watch:
+        if kill:
+            cluster.kill_member(leader)
+        else:
+            cluster.stop_member_gracefully(leader, wait=False)
+        yield failover
+        failover.election = watch.result(timeout=90 if kill else 60)
+
+
+def _converged(
+    run: Witnesses, election: LeaderElection, back: float, bound: float, ip: str | None = None
+) -> float:
+    """Seconds from the later of the fault's end (``back``) and the promotion until the
+    slice lists exactly the new leader's Pod IP (``ip``, else its first one; 0 if it did
+    already); fails past ``bound``. Then a write through the Service must commit on the
+    new leader within one more sync (the client's view: routing works again)."""
+    rig = run.rig
+    since = max(back, election.first_primary)
+    deadline = bound - (time.monotonic() - since)
+    what = f"the new leader {election.name}"
+    address = ip or rig.leader_ip(election.name)
+    moved = rig.slices.wait_ready((address,), max(deadline, 0.1), what)
+    converged = max(0.0, moved - since)
+    assert converged <= bound, f"{what}: routed {converged:.2f} s after the fault, bound {bound} s"
+    pod = "statefulset.kubernetes.io/pod-name"
+    written = [at for at, sel in rig.slices.selectors if sel.get(pod) == election.name]
+    if written:  # the stand-in's hop (the Service) apart from the endpointslice controller's
+        run.figures.setdefault("service_written_s", round(max(0.0, written[-1] - since), 3))
+    committed = run.writer.first_commit_on(rig.cluster.member(election.name).ip, moved, ONE_SYNC)
+    earlier = sum(1 for key in run.figures if key.startswith("first_write_s"))
+    run.figures["first_write_s" + (f"_{earlier + 1}" if earlier else "")] = round(
+        committed - since, 3
+    )
+    return converged
+
+
+def test_apiserver_restarted_during_a_failover(
+    own_rig: KubeRig, own_plane: ControlPlane, record_property: Any
+) -> None:
+    rig = own_rig
+    assert rig.controller is not None or rig.binary is not None
+    with witnesses(rig) as run:
+        with own_plane.apiserver_down() as outage, failing_over(rig.cluster) as failover:
+            pass  # Patroni elects; nothing can read or write the Service meanwhile
+        back = outage.ready
+        refused = _forbidden(rig)  # before /readyz said ready (see _forbidden)
+        # It stops listening at SIGTERM (its log: HTTPServerStoppedListening within 10 ms);
+        # every client's backoff grows from then on.
+        unreachable = outage.ready - outage.asked
+        bound = _after_apiserver_back(unreachable)
+        converged = _converged(run, failover.new, back, bound)
+    check_run(run)
+    own_plane.check_alive()
+    assert len(_forbidden(rig)) == len(refused), "403s after the restarted server was ready"
+    if rig.controller is not None:
+        rig.controller.rest.forbidden.clear()  # the rig's own check: none otherwise
+    _report(
+        record_property,
+        "apiserver-restart",
+        converged,
+        bound,
+        run,
+        apiserver_exit_after_sigterm_s=round(outage.exited - outage.asked, 2),
+        apiserver_unreachable_s=round(unreachable, 2),
+        apiserver_start_to_ready_s=round(outage.ready - outage.starting, 2),
+        promoted_before_ready_s=round(back - failover.new.first_primary, 2),
+        refused_403_before_ready=len(refused),
+    )
+
+
+def _forbidden(rig: KubeRig) -> list[str]:
+    """The calls of Metacontroller's account the server refused (403) so far. A restarted
+    kube-apiserver serves before ``/readyz`` says ready, and its RBAC authorizer refuses
+    until its informers have synced: the stand-in, retrying every second, meets that
+    (docs/troubleshooting.md, section 5); each such call is retried and allowed."""
+    return list(rig.controller.rest.forbidden) if rig.controller is not None else []
+
+
+def test_metacontroller_restarted_around_a_failover(rig: KubeRig, record_property: Any) -> None:
+    with witnesses(rig) as run:
+        rig.stop_controller()
+        with failing_over(rig.cluster) as failover:
+            pass  # nothing syncs meanwhile
+        back = time.monotonic()
+        rig.start_controller()
+        started = time.monotonic() - back
+        bound = STANDIN_START + ONE_SYNC
+        converged = _converged(run, failover.new, back, bound)
+    check_run(run)
+    _report(
+        record_property,
+        "metacontroller-restart",
+        converged,
+        bound,
+        run,
+        standin_start_s=round(started, 2),
+    )
+
+
+def test_every_hook_pod_down_for_30_s_during_a_kill(
+    rig: KubeRig, fault_hook: RestartableHook, record_property: Any
+) -> None:
+    with witnesses(rig) as run:
+        down = time.monotonic()
+        fault_hook.stop()
+        try:
+            with failing_over(rig.cluster, kill=True) as failover:
+                pass  # the lock expires after the TTL, with no hook to call
+            time.sleep(max(0.0, down + HOOK_DOWN_SECONDS - time.monotonic()))
+        finally:
+            fault_hook.start()
+        back = time.monotonic()
+        failed_calls = sum(1 for r in rig.records if r.error and r.started >= down)
+        bound = ONE_SYNC
+        converged = _converged(run, failover.new, back, bound)
+    check_run(run)
+    assert failed_calls > 0, "no sync was attempted while the hook was down: nothing tested"
+    _report(
+        record_property,
+        "hook-down-30s",
+        converged,
+        bound,
+        run,
+        hook_down_s=round(back - down, 2),
+        promoted_after_kill_s=round(failover.new.first_primary - down, 2),
+        failed_calls_while_down=failed_calls,
+    )
+
+
+def test_etcd_of_kubernetes_paused_for_10_s_during_a_failover(
+    own_rig: KubeRig, own_plane: ControlPlane, record_property: Any
+) -> None:
+    rig = own_rig
+    with witnesses(rig) as run:
+        with own_plane.etcd_paused(limit=3 * ETCD_PAUSE_SECONDS) as paused:
+            with failing_over(rig.cluster) as failover:
+                pass  # Patroni (its own etcd) elects; the API server cannot store anything
+            time.sleep(max(0.0, paused + ETCD_PAUSE_SECONDS - time.monotonic()))
+        back = time.monotonic()
+        bound = ONE_SYNC
+        converged = _converged(run, failover.new, back, bound)
+    check_run(run)
+    own_plane.check_alive()
+    _report(
+        record_property,
+        "etcd-paused-10s",
+        converged,
+        bound,
+        run,
+        etcd_paused_s=round(back - paused, 2),
+        promoted_during_pause_s=round(failover.new.first_primary - paused, 2),
+    )
+
+
+def test_a_pod_deleted_and_recreated_with_a_new_ip(rig: KubeRig, record_property: Any) -> None:
+    cluster, rest, namespace = rig.cluster, rig.rest, rig.namespace
+    old = cluster.leader()
+    assert old is not None
+    old_ip, new_ip = rig.leader_ip(old), pod_ip(NEW_LOOPBACK)
+    pod_path = resource_path("v1", "pods", namespace, old)
+    uid = rest.get(pod_path)["metadata"]["uid"]
+    member = cluster.member(old)
+
+    def stop_container(pod: dict[str, Any]) -> None:  # the kubelet's SIGTERM to the container
+        if pod["metadata"]["uid"] == uid:
+            cluster.stop_member_gracefully(old)
+
+    assert rig.kubelet is not None
+    rig.kubelet.on_terminate = stop_container
+    with TcpForwarder(NEW_LOOPBACK, member.ip, (API_PORT, PG_PORT)), witnesses(rig) as run:
+        run.members_by_ip[new_ip] = old
+        with cluster.watch_leader(exclude={old}) as watch:
+            rest.delete(pod_path)
+            election = watch.result(timeout=60)
+        wait_gone(rest, pod_path, 40, f"the Pod {old}")
+        gone = time.monotonic()
+        first = _converged(run, election, election.first_primary, ONE_SYNC)
+
+        # The StatefulSet controller's part: the Pod again, the CNI's part: a new address.
+        rest.create(
+            resource_path("v1", "pods", namespace), member_pod(old, NEW_LOOPBACK, namespace)
+        )
+        cluster.start_member(old)  # rejoins as a replica, behind the new Pod IP
+        # The old member leads again, reached through its new IP only: the other replica
+        # and then the leader stopped, so it is the one member left to promote.
+        other = next(n for n in cluster.names() if n not in (old, election.name))
+        cluster.stop_member_gracefully(other)
+        with cluster.watch_leader(exclude={election.name, other}) as watch:
+            cluster.stop_member_gracefully(election.name, wait=False)
+            again = watch.result(timeout=60)
+        assert again.name == old
+        second = _converged(run, again, again.first_primary, ONE_SYNC, new_ip)
+    check_run(run)
+    history = rig.slices.history
+    stale = [
+        (at, ready)
+        for index, (at, ready) in enumerate(history)
+        if old_ip in ready
+        and (at > gone or index + 1 == len(history) or history[index + 1][0] > gone)
+    ]
+    assert stale == [], f"the deleted Pod's IP {old_ip} was listed after it was gone: {stale}"
+    _report(
+        record_property,
+        "pod-recreated-new-ip",
+        max(first, second),
+        ONE_SYNC,
+        run,
+        after_delete_s=round(first, 3),
+        via_new_ip_s=round(second, 3),
+    )
+
+
+def test_a_stale_role_label_by_hand_never_moves_the_service(rig: KubeRig) -> None:
+    cluster = rig.cluster
+    leader = cluster.leader()
+    assert leader is not None
+    rig.slices.wait_ready((rig.leader_ip(leader),), 30, f"the leader {leader}")
+    replica = next(n for n in cluster.names() if n != leader)
+    stale = {"role": "primary", "state": "running", "conn_url": f"postgres://{replica}:5432"}
+    rig.rest.merge_patch(
+        resource_path("v1", "pods", rig.namespace, replica),
+        {
+            "metadata": {
+                "labels": {"role": "primary"},
+                "annotations": {"status": json.dumps(stale)},
+            }
+        },
+    )
+
+    def said(status: Mapping[str, Any]) -> bool:
+        for condition in status.get("conditions") or []:
+            if condition.get("type") == "SwitchoverDetection":
+                return bool(
+                    condition.get("reason") == "RoleLabelDisagrees"
+                    and replica in condition.get("message", "")
+                )
+        return False
+
+    parent = wait_status(rig, said, 30)
+    assert parent["status"]["primary"] == leader
+    time.sleep(3 * HEALTHY_RESYNC_MAX)  # a few more syncs with the label in place
+    assert rig.slices.ready() == (rig.leader_ip(leader),)
+    selected = {sel.get("statefulset.kubernetes.io/pod-name") for _, sel in rig.slices.selectors}
+    assert selected == {leader}, rig.slices.selectors
+    assert rig.slices.service_deleted == []
+    service = rig.rest.get(resource_path("v1", "services", rig.namespace, SERVICE))
+    assert service["spec"]["selector"]["statefulset.kubernetes.io/pod-name"] == leader
