@@ -474,7 +474,7 @@ class _Pools:
 class PatroniProber:
     """Concurrent, bounded probes through :mod:`requests` in a thread pool.
 
-    The defaults are :class:`~hooks.config.HookSettings`' (the operator's ``PGFH_*``).
+    The defaults are :class:`~hooks.shell.config.HookSettings`' (the operator's ``PGFH_*``).
     Any number of request threads may call :meth:`probe` at once; the pool, the cutter
     and the adapter are made on first use in the process that uses them (gunicorn forks).
 
