@@ -82,7 +82,7 @@ def one_failover(rig: ClientRig, kind: str, window: float) -> tuple[Timeline, li
     except TimeoutError:
         slice_moved = None
     try:
-        rules_moved = rig.wait_rules((kube.leader_ip(election.name),), 30)
+        rules_moved = rig.wait_rules((kube.leader_ip(election.name),), 30, since=trigger)
     except TimeoutError:
         rules_moved = None
     rig.writers.wait_ok_on(new_ip, list(rig.writers.records), trigger, timeout=window)

@@ -11,12 +11,14 @@ view of their connections (:class:`bench.writers.ConnectionSampler`). Shared by 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.client_writer import CREATE_TABLE
+from bench.haproxy import running_haproxy
 from bench.pgbouncer import PgBouncer, running_pgbouncer
 from bench.writers import ConnectionSampler, Writers, WriterSpec
 from controlplane.kube_proxy import KubeProxy, running_kube_proxy
@@ -27,15 +29,19 @@ from standin.harness import SERVICE
 from standin.kube_rig import NODE, KubeRig
 
 PORT_NAME = "postgresql"
-#: Client paths: name → (policy, through which PgBouncer profile or None for the ClusterIP).
+#: Client paths: name → (policy, through what: ``None`` for the ClusterIP itself, a PgBouncer
+#: profile of :mod:`bench.pgbouncer`, or ``"haproxy"``: HAProxy with Patroni's reference checks
+#: towards the Pod IPs, instead of the Service, for comparison).
 CLIENT_PATHS: dict[str, tuple[str, str | None]] = {
     "direct-new": ("new", None),
     "direct-kept": ("kept", None),
     "direct-kept-rw": ("kept-rw", None),
     "pgbouncer-debian": ("kept", "debian"),
     "pgbouncer-checked": ("kept", "checked"),
+    "haproxy-new": ("new", "haproxy"),
 }
 BOUNCER_PORTS = {"debian": 6432, "checked": 6433}
+HAPROXY_PORT = 5000
 
 
 @dataclass
@@ -47,25 +53,72 @@ class ClientRig:
     writers: Writers
     sampler: ConnectionSampler
     bouncers: dict[str, PgBouncer]
+    rules_watch: RulesWatch
 
     def rules(self) -> tuple[str, ...]:
         """The Pod IPs kube-proxy sends new connections of the ClusterIP to, now."""
         return self.proxy.endpoints(self.kube.namespace, SERVICE, PORT_NAME)
 
-    def wait_rules(self, addresses: tuple[str, ...], timeout: float, poll: float = 0.05) -> float:
-        """The first time (polled) kube-proxy's rules send to exactly ``addresses``."""
+    def wait_rules(
+        self, addresses: tuple[str, ...], timeout: float, *, since: float | None = None
+    ) -> float:
+        """The first time after ``since`` (default: now) that kube-proxy's rules sent to
+        exactly ``addresses``, from :class:`RulesWatch`'s history (polled every 50 ms, from
+        before the trigger, so the figure does not depend on when this is called)."""
+        since = time.monotonic() if since is None else since
         deadline = time.monotonic() + timeout
         while True:
-            seen = self.rules()
-            now = time.monotonic()
-            if seen == addresses:
-                return now
-            if now > deadline:
+            found = self.rules_watch.first(addresses, since)
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"kube-proxy's rules for {SERVICE} did not send to {list(addresses)} within "
-                    f"{timeout} s; now {list(seen)} (log: {self.proxy.server.log})"
+                    f"{timeout} s; now {list(self.rules())} (log: {self.proxy.server.log})"
                 )
-            time.sleep(poll)
+            time.sleep(0.05)
+
+
+@dataclass
+class RulesWatch:
+    """kube-proxy's endpoints for the ClusterIP, read back every ``interval`` s, as a history
+    of changes ``(monotonic time of the first read that saw them, endpoints)``."""
+
+    read: Callable[[], tuple[str, ...]]
+    interval: float = 0.05
+    history: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> RulesWatch:
+        self._thread = threading.Thread(target=self._run, name="kube-proxy-rules", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            seen = self.read()
+            with self._lock:
+                if not self.history or self.history[-1][1] != seen:
+                    self.history.append((started, seen))
+            self._stop.wait(self.interval)
+
+    def first(self, addresses: tuple[str, ...], since: float) -> float | None:
+        """When the rules last became ``addresses`` at or after ``since`` (None: not yet)."""
+        with self._lock:
+            changes = list(self.history)
+        for index, (at, seen) in enumerate(changes):
+            ends = changes[index + 1][0] if index + 1 < len(changes) else float("inf")
+            if seen == addresses and ends > since:
+                return max(at, since)
+        return None
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
 
 
 def _cluster_ip(kube: KubeRig, timeout: float = 30) -> str:
@@ -103,7 +156,8 @@ def client_rig(
         netns = stack.enter_context(client_netns())
         proxy = stack.enter_context(running_kube_proxy(plane, netns, work, NODE, mode=mode))
         bouncers: dict[str, PgBouncer] = {}
-        for profile in sorted({str(CLIENT_PATHS[p][1]) for p in paths if CLIENT_PATHS[p][1]}):
+        vias = {str(CLIENT_PATHS[p][1]) for p in paths if CLIENT_PATHS[p][1]}
+        for profile in sorted(vias - {"haproxy"}):
             bouncers[profile] = stack.enter_context(
                 running_pgbouncer(
                     netns,
@@ -113,23 +167,26 @@ def client_rig(
                     password=password,
                 )
             )
-        direct = f"host={cluster_ip} port=5432 dbname=postgres user=postgres password={password}"
+        dsns: dict[str | None, str] = {
+            None: f"host={cluster_ip} port=5432 dbname=postgres user=postgres password={password}"
+        }
+        dsns.update({profile: bouncer.dsn() for profile, bouncer in bouncers.items()})
+        if "haproxy" in vias:
+            members = [(m.name, kube.leader_ip(m.name)) for m in cluster.members]
+            haproxy = stack.enter_context(running_haproxy(netns, members, port=HAPROXY_PORT))
+            dsns["haproxy"] = haproxy.dsn(password)
         specs = [
-            WriterSpec(
-                name,
-                direct
-                if CLIENT_PATHS[name][1] is None
-                else bouncers[str(CLIENT_PATHS[name][1])].dsn(),
-                CLIENT_PATHS[name][0],
-            )
-            for name in paths
+            WriterSpec(name, dsns[CLIENT_PATHS[name][1]], CLIENT_PATHS[name][0]) for name in paths
         ]
         sampler = ConnectionSampler(cluster).start()
         stack.callback(sampler.stop)
-        rig = ClientRig(
-            kube, netns, proxy, cluster_ip, Writers(netns, specs, interval), sampler, bouncers
-        )
-        rig.wait_rules((kube.leader_ip(leader),), 60)
+        rules_watch = RulesWatch(
+            lambda: proxy.endpoints(kube.namespace, SERVICE, PORT_NAME)
+        ).start()
+        stack.callback(rules_watch.stop)
+        writers = Writers(netns, specs, interval)
+        rig = ClientRig(kube, netns, proxy, cluster_ip, writers, sampler, bouncers, rules_watch)
+        rig.wait_rules((kube.leader_ip(leader),), 60, since=0.0)
         rig.writers.start()
         stack.callback(rig.writers.stop)
         yield rig

@@ -120,6 +120,9 @@ class Writers:
                 process.wait(timeout=10)
         for thread in self._threads:
             thread.join(timeout=5)
+        for process in self._processes.values():
+            if process.stdout is not None:
+                process.stdout.close()
 
 
 _COUNT = (

@@ -39,6 +39,7 @@ from controlplane.errors import ControlPlaneError
 from controlplane.kubeconfig import write_kubeconfig
 from controlplane.netns import HOST_LOOPBACK_FROM_INSIDE, ClientNetns
 from controlplane.podnet import POD_NETWORK
+from controlplane.rest import KubeRest
 from controlplane.servers import ControlPlane, Server
 
 HEALTHZ_PORT = 10256
@@ -103,6 +104,8 @@ def _args(binary: Path, kubeconfig: Path, netns: ClientNetns, node: str, mode: s
         f"--proxy-mode={mode}",
         f"--hostname-override={node}",
         f"--cluster-cidr={POD_NETWORK}",
+        f"--bind-address={netns.inner_ip}",  # the node's primary IP
+        "--nodeport-addresses=primary",
         f"--healthz-bind-address={netns.inner_ip}:{HEALTHZ_PORT}",
         f"--metrics-bind-address={netns.inner_ip}:{METRICS_PORT}",
         "--conntrack-max-per-core=0",
@@ -111,6 +114,23 @@ def _args(binary: Path, kubeconfig: Path, netns: ClientNetns, node: str, mode: s
         "--conntrack-tcp-timeout-close-wait=0s",
         "--v=2",
     ]
+
+
+def give_node_an_address(plane: ControlPlane, node: str, address: str) -> None:
+    """Give the kubelet stand-in's Node the ``InternalIP`` a kubelet would report.
+
+    kube-proxy's NodeManager waits up to 30 s for the Node to have addresses, whatever
+    ``--bind-address`` says ("Timed out waiting for node to be assigned IPs",
+    ``pkg/proxy/node.go``), and the stand-in registers none.
+    """
+    rest = KubeRest.from_kubeconfig(plane.admin_kubeconfig)
+    try:
+        rest.strategic_patch(
+            f"/api/v1/nodes/{node}/status",
+            {"status": {"addresses": [{"type": "InternalIP", "address": address}]}},
+        )
+    finally:
+        rest.close()
 
 
 def _wait_healthy(proxy: KubeProxy, timeout: float) -> None:
@@ -150,6 +170,7 @@ def start_kube_proxy(
     if any(m not in MODES for m in modes):
         raise ValueError(f"kube-proxy mode {mode!r}: one of auto, {', '.join(MODES)}")
     kubeconfig = kube_proxy_kubeconfig(plane, run_dir / "kube-proxy.kubeconfig")
+    give_node_an_address(plane, node, netns.inner_ip)
     failures: list[str] = []
     for candidate in modes:
         server = Server(
@@ -203,7 +224,9 @@ def running_kube_proxy(
 
 
 _NFT_CHAIN = re.compile(r"^\s*chain (\S+) \{$(.*?)^\s*\}$", re.MULTILINE | re.DOTALL)
-_NFT_ENDPOINT = re.compile(r"endpoint-[0-9A-Z]+-\S+?__([0-9.]+)/\d+")
+#: An endpoint in a service chain: ``... map { 0 : 198.18.0.3 . 5432 }`` (kube-proxy 1.36 DNATs
+#: from the service chain itself) or a jump to ``endpoint-HASH-ns/svc/tcp/port__IP/PORT``.
+_NFT_ENDPOINT = re.compile(r"(?:: |__)(\d+\.\d+\.\d+\.\d+)(?: \. |/)\d+")
 _IPT_DNAT = re.compile(
     r'^-A KUBE-SEP-\S+ .*--comment "?(\S+?)"? .*-j DNAT --to-destination ([0-9.]+):\d+',
     re.MULTILINE,
