@@ -165,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paths", default=",".join(CLIENT_PATHS), help="client paths")
     parser.add_argument("--mode", default="auto", help="kube-proxy mode: auto, nftables, iptables")
     parser.add_argument("--window", type=float, default=10.0, help="s after the rules moved")
+    parser.add_argument(
+        "--stop-at",
+        type=float,
+        help="no new failover after this Unix time (a shared machine's deadline); the rest is kept",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
@@ -187,7 +192,14 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         for _, kind in zip(range(args.failovers), itertools.cycle(kinds), strict=False):
-            runs.append(one_failover(rig, kind, args.window))
+            if args.stop_at is not None and time.time() > args.stop_at:
+                print(f"stopped after {len(runs)} failovers: --stop-at reached", flush=True)
+                break
+            try:
+                runs.append(one_failover(rig, kind, args.window))
+            except Exception as error:  # keep the failovers measured so far, say why it ended
+                print(f"failover {len(runs) + 1} ({kind}) failed, stopping: {error}", flush=True)
+                break
         alive = rig.writers.alive()
         mode = rig.proxy.mode
     load_after = os.getloadavg()
