@@ -55,6 +55,7 @@ from standin.harness import rig_hook
 from standin.kube_rig import HOOK_ENV, kube_rig
 
 KINDS = ("kill", "graceful", "switchover")
+LOGIN_RETRY_WAIT = 16.0
 
 
 def one_failover(rig: ClientRig, kind: str, window: float) -> tuple[Timeline, list[ClientFigures]]:
@@ -85,7 +86,10 @@ def one_failover(rig: ClientRig, kind: str, window: float) -> tuple[Timeline, li
         rules_moved = rig.wait_rules((kube.leader_ip(election.name),), 30, since=trigger)
     except TimeoutError:
         rules_moved = None
-    rig.writers.wait_ok_on(new_ip, list(rig.writers.records), trigger, timeout=window)
+    # Every client's first write on the new leader, up to PgBouncer's default 15 s
+    # server_login_retry past the rules' move (a client stuck on the demoted member never gets
+    # there: it costs this wait).
+    rig.writers.wait_ok_on(new_ip, list(rig.writers.records), trigger, timeout=LOGIN_RETRY_WAIT)
     end = max(time.monotonic(), (rules_moved or trigger) + window)
     time.sleep(max(0.0, end - time.monotonic()))
     timeline = Timeline(
@@ -127,6 +131,7 @@ def _s(value: float | None, since: float | None) -> str:
 def running(work: Path, paths: Sequence[str], mode: str) -> Iterator[ClientRig]:
     """The whole rig, from a fresh control plane and cluster; everything stopped on exit."""
     ensure_pod_network()
+    (work / "hook").mkdir(parents=True, exist_ok=True)  # gunicorn_hook writes into it
     plane: ControlPlane = start_control_plane(work / "controlplane")
     try:
         with (
