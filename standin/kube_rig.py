@@ -100,6 +100,9 @@ class SliceWatch:
     history: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
     #: Times the Service was seen DELETED.
     service_deleted: list[float] = field(default_factory=list)
+    #: ``(monotonic time, spec.selector)`` at every change of the Service's selector, from the
+    #: watch: when the stand-in's write of a new selector reached the server's watchers.
+    selectors: list[tuple[float, dict[str, str]]] = field(default_factory=list)
     on_change: Callable[[tuple[str, ...]], None] | None = None
     _slices: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -149,8 +152,15 @@ class SliceWatch:
             self._changed.notify_all()
 
     def _on_service(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        if kind == "DELETED" and obj["metadata"]["name"] == self.service:
+        if obj["metadata"]["name"] != self.service:
+            return
+        if kind == "DELETED":
             self.service_deleted.append(time.monotonic())
+            return
+        selector = dict((obj.get("spec") or {}).get("selector") or {})
+        with self._lock:
+            if not self.selectors or self.selectors[-1][1] != selector:
+                self.selectors.append((time.monotonic(), selector))
 
     def ready(self) -> tuple[str, ...]:
         with self._lock:
@@ -217,17 +227,21 @@ def kube_rig(
     on_record: Callable[[KubeSyncRecord], None] | None = None,
     work_dir: Path | None = None,
     controller_kubeconfig: Path | None = None,
+    create_pods: bool = True,
 ) -> Iterator[KubeRig]:
     """Pods, kubelet, CompositeController, Metacontroller and the PostgreSQLCluster; all of
     it stopped (the cluster's objects deleted with the namespace by the caller) on exit.
     ``kubeconfig`` sets things up (an admin's); Metacontroller runs with
     ``controller_kubeconfig`` when given (e.g. its least-privilege ServiceAccount's,
-    :func:`controlplane.accounts.metacontroller_kubeconfig`), else with ``kubeconfig``."""
+    :func:`controlplane.accounts.metacontroller_kubeconfig`), else with ``kubeconfig``.
+    ``create_pods=False``: the member Pods exist already (Patroni on its Kubernetes DCS
+    patches its own Pod, so they are made before it starts:
+    :func:`devcluster.kubernetes_dcs.create_member_pods`)."""
     controller_config = controller_kubeconfig or kubeconfig
     rest = KubeRest.from_kubeconfig(kubeconfig)
     install(rest, hook_url, token)
     with KubeletStandIn(rest, NODE):
-        for member in cluster.members:
+        for member in cluster.members if create_pods else ():
             _create_pod(rest, member_pod(member.name, member.ip, namespace))
         slices = SliceWatch(rest, namespace, on_change=on_change).start()
         binary = binary_from_env(controller_config, work_dir or Path("/tmp"), namespace)

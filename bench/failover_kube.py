@@ -1,0 +1,579 @@
+"""Failovers on the real control plane, timed where clients see them: the EndpointSlice.
+
+``bench.failover`` ends at the hook's reply, applied by the stand-in to a model of the
+Service. Clients follow the EndpointSlice that the real endpointslice controller writes one
+hop later, so this benchmark runs the same failovers on the real control plane
+(kube-apiserver, kube-controller-manager, etcd; the rig of ``tests/test_kube_e2e.py``:
+:func:`standin.kube_rig.kube_rig`) and times, on one monotonic clock, for each failover:
+
+* **trigger**: the SIGKILL, the SIGTERM (graceful stop) or the ``POST /switchover``;
+* **promotion**: Patroni's first 200 with ``role: primary`` on ``GET /primary`` of the new
+  leader (polled every 10 ms on every other member, :meth:`PatroniCluster.watch_leader`);
+* **reply**: the arrival of the first hook reply (``/sync``, through the Metacontroller
+  stand-in against the API server) whose Service selects the new leader;
+* **Service write**: the watch event of the primary Service carrying that selector (what the
+  endpointslice controller reacts to);
+* **slice**: the watch event after which the primary Service's EndpointSlices (label
+  ``kubernetes.io/service-name``) list exactly the new leader's Pod IP as ready.
+
+Hops: promotion→reply (the hook's own figure, what ``bench.failover`` reports), reply→Service
+write (the stand-in applying it), Service write→slice (the endpointslice controller and the
+readiness the kubelet stand-in reports), promotion→slice (what clients wait for after Patroni
+is done) and trigger→slice. Over the whole run, from the watches: never two Pods ready at once
+in the primary slice, the Service never deleted, its selector never empty. The ground-truth
+sampler and the writer of ``bench.failover`` run beside it, following the *slice* (a write
+goes to the Pod IP the slice lists ready, as a client through kube-proxy would).
+
+DCS modes (``--dcs``, comma-separated, each on a cluster of its own in a namespace of its own):
+
+* ``etcd``: the devcluster's default (members 127.0.0.2-4). A switchover changes no Pod:
+  only the healthy resync (``PGFH_RESYNC_HEALTHY_SECONDS``, 1 s) brings the sync after it;
+* ``endpoints`` / ``configmaps``: Patroni 4.1 on its Kubernetes DCS against this very API
+  server (:mod:`devcluster.kubernetes_dcs`, members 127.0.0.12-14), the leader lock in
+  Endpoints or ConfigMaps. Patroni labels its own Pods (``role``, ``status``), so the hook
+  goes event-driven (``status.switchoverDetection: RoleLabel``, a 30 s healthy resync) and a
+  switchover is followed through the Pod change, not the timer.
+
+Usage (real Patroni: take the machine's lock)::
+
+    flock /tmp/pgfh-realcluster.lock .venv/bin/python -m bench.failover_kube --failovers 21
+    flock /tmp/pgfh-realcluster.lock .venv/bin/python -m bench.failover_kube \\
+        --dcs endpoints,configmaps --failovers 6
+    ... --quick        # one kill, one graceful stop, one switchover per DCS mode
+
+Figures are printed, never asserted; the exit status is 1 only if an invariant broke.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from bench.failover import KINDS, Sampler, Writer, percentile
+from controlplane import ControlPlane, start_control_plane
+from controlplane.accounts import metacontroller_kubeconfig
+from controlplane.podnet import ensure_pod_network, pod_ip
+from controlplane.rest import KubeApiError, KubeRest
+from devcluster import PatroniCluster
+from devcluster.kubernetes_dcs import KubernetesDCS, create_member_pods, grant_patroni_rights
+from standin.gunicorn import GunicornHook
+from standin.harness import CLUSTER, SERVICE, rig_hook
+from standin.kube import KubeSyncRecord
+from standin.kube_rig import HOOK_ENV, KubeRig, kube_rig
+from standin.loop import POD_NAME_LABEL
+
+DCS_MODES = ("etcd", "endpoints", "configmaps")
+#: The Kubernetes-DCS clusters' block (tests/test_patroni_kubernetes_dcs.py): not 127.0.0.2-4.
+KUBERNETES_FIRST_IP = 12
+#: How long one failover may take end to end (a kill waits for the 20 s TTL).
+FAILOVER_TIMEOUT = 90.0
+#: After the new leader is promoted, how long the slice may take to list it (a poll miss).
+SLICE_TIMEOUT = 30.0
+#: The hops of the table, each ``(label, from, to)`` over :class:`KubeFailover`'s times.
+HOPS: Sequence[tuple[str, str, str]] = (
+    ("trigger→promotion (Patroni)", "trigger", "promotion"),
+    ("promotion→reply (hook)", "promotion", "reply"),
+    ("reply→Service write", "reply", "service"),
+    ("Service write→slice", "service", "slice"),
+    ("promotion→slice", "promotion", "slice"),
+    ("trigger→slice", "trigger", "slice"),
+)
+T = TypeVar("T")
+
+
+@dataclass
+class KubeFailover:
+    """One failover: its times (``time.monotonic()``) and what the hook said before it."""
+
+    dcs: str
+    kind: str
+    old: str
+    new: str
+    trigger: float
+    promotion: float
+    reply: float
+    service: float
+    slice: float
+    #: ``status.switchoverDetection`` and the healthy resync in force when it was triggered.
+    detection: str | None = None
+    resync_before: float | None = None
+    #: When that resync was due: a reply on the new leader before it came from an event.
+    resync_due: float | None = None
+    #: Ground truth in [trigger, slice moved]: no leader at all; a leader, the slice elsewhere.
+    no_leader: float = 0.0
+    misrouted: float = 0.0
+
+    def hop(self, start: str, end: str) -> float:
+        return float(getattr(self, end)) - float(getattr(self, start))
+
+
+@dataclass
+class SliceRoute:
+    """The members the primary Service's EndpointSlice lists ready now (what kube-proxy
+    would route to): the sampler's and the writer's view of the route in this benchmark."""
+
+    rig: KubeRig
+
+    @property
+    def cluster(self) -> PatroniCluster:
+        return self.rig.cluster
+
+    def selected(self) -> list[str]:
+        by_ip = {pod_ip(m.ip): m.name for m in self.rig.cluster.members}
+        return sorted(by_ip.get(address, address) for address in self.rig.slices.ready())
+
+
+@dataclass
+class Invariants:
+    """What must hold over a whole run, from the watches (not from the hook's own word)."""
+
+    most_ready_at_once: int = 0
+    service_deleted: int = 0
+    empty_selectors: int = 0
+    selector_changes: int = 0
+    hook_errors: int = 0
+    syncs: int = 0
+    writes_on_non_leader: int = 0
+
+    @property
+    def broken(self) -> list[str]:
+        problems = []
+        if self.most_ready_at_once > 1:
+            problems.append(f"{self.most_ready_at_once} Pods ready at once in the primary slice")
+        if self.service_deleted:
+            problems.append(f"the primary Service was deleted {self.service_deleted} time(s)")
+        if self.empty_selectors:
+            problems.append(f"the Service's selector was empty {self.empty_selectors} time(s)")
+        if self.writes_on_non_leader:
+            problems.append(f"{self.writes_on_non_leader} writes landed on a non-leader")
+        return problems
+
+
+@dataclass
+class RunResult:
+    """One DCS mode's failovers, invariants and client writes."""
+
+    dcs: str
+    failovers: list[KubeFailover] = field(default_factory=list)
+    invariants: Invariants = field(default_factory=Invariants)
+    writes: dict[str, Any] = field(default_factory=dict)
+    #: The ``SwitchoverDetection`` condition of the last status (Kubernetes DCS: why).
+    detection_condition: dict[str, Any] | None = None
+
+
+# ------------------------------------------------------------------------------ pure parts
+
+
+def reply_selects(reply: Mapping[str, Any] | None) -> str | None:
+    """The Pod the primary Service of a sync reply selects (``None``: no such child)."""
+    for child in (reply or {}).get("children") or []:
+        meta = child.get("metadata") or {}
+        if child.get("kind") == "Service" and meta.get("name") == SERVICE:
+            selector = (child.get("spec") or {}).get("selector") or {}
+            value = selector.get(POD_NAME_LABEL)
+            return str(value) if value is not None else None
+    return None
+
+
+def first_reply(records: Sequence[KubeSyncRecord], pod: str, after: float) -> float | None:
+    """When the first hook reply arrived, from ``after`` on, that selects ``pod``."""
+    for record in records:
+        replied = record.replied
+        if replied is not None and replied >= after and reply_selects(record.reply) == pod:
+            return replied
+    return None
+
+
+def resync_in_force(
+    records: Sequence[KubeSyncRecord], before: float
+) -> tuple[float | None, float | None]:
+    """The ``resyncAfterSeconds`` of the last reply before ``before``, and when it was due."""
+    chosen = [r for r in records if r.replied is not None and r.replied < before]
+    if not chosen or chosen[-1].resync_after is None or chosen[-1].replied is None:
+        return None, None
+    return chosen[-1].resync_after, chosen[-1].replied + chosen[-1].resync_after
+
+
+def first_selector(
+    selectors: Sequence[tuple[float, Mapping[str, str]]], pod: str, after: float
+) -> float | None:
+    """When the Service's watch first showed a selector on ``pod``, from ``after`` on."""
+    for at, selector in selectors:
+        if at >= after and selector.get(POD_NAME_LABEL) == pod:
+            return at
+    return None
+
+
+def first_ready(
+    history: Sequence[tuple[float, tuple[str, ...]]], addresses: tuple[str, ...], after: float
+) -> float | None:
+    """When the slices first listed exactly ``addresses`` ready, from ``after`` on."""
+    for at, ready in history:
+        if at >= after and ready == addresses:
+            return at
+    return None
+
+
+def invariants_of(rig: KubeRig, writes_on_non_leader: int = 0) -> Invariants:
+    """The invariants over everything the rig's watches and records saw."""
+    records = rig.records
+    return Invariants(
+        most_ready_at_once=rig.slices.most_ready_at_once(),
+        service_deleted=len(rig.slices.service_deleted),
+        empty_selectors=sum(
+            1 for _, selector in rig.slices.selectors if not selector.get(POD_NAME_LABEL)
+        ),
+        selector_changes=len(rig.slices.selectors),
+        hook_errors=sum(1 for r in records if r.error),
+        syncs=len(records),
+        writes_on_non_leader=writes_on_non_leader,
+    )
+
+
+def _stats(values: Sequence[float]) -> str:
+    if not values:
+        return "–"
+    return f"{statistics.median(values):.3f} / {percentile(values, 0.95):.3f} / {max(values):.3f}"
+
+
+def summarize(failovers: Sequence[KubeFailover]) -> list[str]:
+    """The markdown table: p50 / p95 / max of every hop, per DCS mode and kind."""
+    header = "| DCS | failover | n | " + " | ".join(label for label, _, _ in HOPS) + " |"
+    lines = [header, "|" + "---|" * (3 + len(HOPS))]
+    for dcs in DCS_MODES:
+        for kind in KINDS:
+            chosen = [f for f in failovers if f.dcs == dcs and f.kind == kind]
+            if not chosen:
+                continue
+            cells = [_stats([f.hop(a, b) for f in chosen]) for _, a, b in HOPS]
+            lines.append(f"| {dcs} | {kind} | {len(chosen)} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("Each cell: p50 / p95 / max in seconds, all on one monotonic clock.")
+    return lines
+
+
+def _wait(check: Callable[[], T | None], timeout: float, what: str) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found is not None:
+            return found
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not within {timeout} s")
+        time.sleep(0.02)
+
+
+# ------------------------------------------------------------------------------ the rig
+
+
+def pods_ready(rig: KubeRig) -> bool:
+    """Every member Pod Ready (the kubelet stand-in's probe passed since a restart)."""
+    for member in rig.cluster.members:
+        pod = rig.rest.get(f"/api/v1/namespaces/{rig.namespace}/pods/{member.name}")
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+            return False
+    return True
+
+
+def status_of(rig: KubeRig) -> dict[str, Any]:
+    parent = rig.parent() or {}
+    return dict(parent.get("status") or {})
+
+
+def settle(rig: KubeRig, want_detection: str | None, timeout: float = 60.0) -> None:
+    """Before a failover: the cluster healthy, every Pod Ready, the slice on the leader, and
+    (Kubernetes DCS) the hook's switchover detection back to ``want_detection``."""
+    leader = rig.cluster.wait_healthy(timeout=timeout)
+    _wait(lambda: True if pods_ready(rig) else None, timeout, "every member Pod Ready")
+    rig.slices.wait_ready((rig.leader_ip(leader),), timeout, f"the leader {leader}")
+    if want_detection is not None:
+        _wait(
+            lambda: True if status_of(rig).get("switchoverDetection") == want_detection else None,
+            timeout,
+            f"status.switchoverDetection {want_detection}",
+        )
+
+
+def one_failover(rig: KubeRig, dcs: str, kind: str) -> KubeFailover:
+    """Trigger one failover of ``kind`` and time it up to the slice; then repair."""
+    cluster = rig.cluster
+    old = cluster.leader()
+    if old is None:
+        raise RuntimeError("no leader before the failover")
+    detection = status_of(rig).get("switchoverDetection")
+    if kind == "switchover":
+        result = cluster.switchover()
+        trigger, election = result.requested_at, result.election
+    else:
+        with cluster.watch_leader(exclude={old}, poll_interval=0.01) as watch:
+            if kind == "graceful":
+                trigger = cluster.stop_member_gracefully(old, wait=False)
+            else:
+                trigger = cluster.kill_member(old)
+            election = watch.result(timeout=FAILOVER_TIMEOUT)
+    new = election.name
+    new_ip = rig.leader_ip(new)
+    rig.slices.wait_ready((new_ip,), SLICE_TIMEOUT, f"the new leader {new}")
+    reply = _wait(lambda: first_reply(rig.records, new, trigger), 10, f"a reply selecting {new}")
+    service = _wait(
+        lambda: first_selector(rig.slices.selectors, new, trigger), 10, f"the Service on {new}"
+    )
+    moved = _wait(lambda: first_ready(rig.slices.history, (new_ip,), trigger), 1, "the slice")
+    failover = KubeFailover(
+        dcs=dcs,
+        kind=kind,
+        old=old,
+        new=new,
+        trigger=trigger,
+        promotion=election.first_primary,
+        reply=reply,
+        service=service,
+        slice=moved,
+        detection=detection,
+    )
+    failover.resync_before, failover.resync_due = resync_in_force(rig.records, trigger)
+    if kind != "switchover":
+        if kind == "graceful":
+            cluster.wait_stopped(old)
+        cluster.start_member(old)
+    cluster.wait_for_replicas(timeout=FAILOVER_TIMEOUT)
+    return failover
+
+
+def run_on(
+    rig: KubeRig,
+    dcs: str,
+    failovers: int,
+    kinds: Sequence[str],
+    *,
+    quiet: bool = False,
+    writes: bool = True,
+) -> RunResult:
+    """Measure ``failovers`` failovers (``kinds`` cycled) on a running rig.
+
+    ``writes=False`` runs no writer: on the Kubernetes DCS every write moves the WAL, and
+    Patroni re-patches each Pod's ``status`` annotation (``xlog_location``) every HA loop
+    when it moved, which is a Pod event, hence a sync, whatever the switchover detection.
+    Without writes the only Pod changes are the roles' and the kubelet's readiness.
+    """
+    result = RunResult(dcs)
+    event_driven = None if dcs == "etcd" else "RoleLabel"
+    settle(rig, event_driven)
+    route = SliceRoute(rig)
+    writer_context = Writer(route) if writes else contextlib.nullcontext(None)
+    with Sampler(route) as sampler, writer_context as writer:
+        for index, kind in zip(range(failovers), itertools.cycle(kinds), strict=False):
+            settle(rig, event_driven)
+            failover = one_failover(rig, dcs, kind)
+            failover.no_leader, failover.misrouted = sampler.between(
+                failover.trigger, failover.slice
+            )
+            result.failovers.append(failover)
+            if not quiet:
+                hops = ", ".join(f"{label} {failover.hop(a, b):.3f}" for label, a, b in HOPS)
+                print(
+                    f"  {dcs} #{index + 1:2d} {kind:10s} {failover.old} -> {failover.new} "
+                    f"[{failover.detection}, resync {failover.resync_before}]: {hops}",
+                    flush=True,
+                )
+        if writer is not None:
+            done = writer.writes
+            result.writes = {
+                "ok": done.ok,
+                "failed": done.failed,
+                "failed_when": sampler.classify(done.failed_at),
+                "errors": done.errors,
+                "on_non_leader": done.on_non_leader,
+            }
+    result.invariants = invariants_of(rig, int(result.writes.get("on_non_leader") or 0))
+    conditions = status_of(rig).get("conditions") or []
+    result.detection_condition = next(
+        (c for c in conditions if c.get("type") == "SwitchoverDetection"), None
+    )
+    return result
+
+
+@contextlib.contextmanager
+def benchmark_rig(
+    plane: ControlPlane,
+    dcs: str,
+    hook: GunicornHook,
+    work_dir: Path,
+    *,
+    etcd_cluster: PatroniCluster | None = None,
+) -> Iterator[KubeRig]:
+    """A namespace, a Patroni cluster on ``dcs``, and the rig on them (Metacontroller's
+    stand-in under its own least-privilege ServiceAccount); all gone on exit.
+    ``etcd_cluster``: the etcd-DCS cluster to use instead of starting one (the test suite's
+    session cluster, which holds the same addresses)."""
+    if dcs not in DCS_MODES:
+        raise ValueError(f"dcs must be one of {DCS_MODES}, not {dcs!r}")
+    admin = KubeRest.from_kubeconfig(plane.admin_kubeconfig)
+    namespace = f"bench-{dcs[:5]}-{uuid.uuid4().hex[:6]}"
+    admin.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+    controller = metacontroller_kubeconfig(plane)
+    try:
+        with contextlib.ExitStack() as stack:
+            if dcs == "etcd":
+                cluster = etcd_cluster or stack.enter_context(PatroniCluster())
+            else:
+                kubernetes = KubernetesDCS(
+                    server=plane.server_url,
+                    ca_file=plane.ca_file,
+                    token=grant_patroni_rights(admin, namespace),
+                    namespace=namespace,
+                    use_endpoints=dcs == "endpoints",
+                )
+                members = {f"{CLUSTER}-{i}": f"127.0.0.{KUBERNETES_FIRST_IP + i}" for i in range(3)}
+                create_member_pods(admin, kubernetes, CLUSTER, members)
+                cluster = stack.enter_context(
+                    PatroniCluster(first_ip=KUBERNETES_FIRST_IP, kubernetes=kubernetes)
+                )
+            rig = stack.enter_context(
+                kube_rig(
+                    cluster,
+                    plane.admin_kubeconfig,
+                    namespace,
+                    hook.url,
+                    hook.token,
+                    work_dir=work_dir,
+                    controller_kubeconfig=controller,
+                    create_pods=dcs == "etcd",
+                )
+            )
+            yield rig
+    finally:
+        with contextlib.suppress(KubeApiError):
+            admin.delete(f"/api/v1/namespaces/{namespace}")
+        admin.close()
+
+
+def run(
+    dcs_modes: Sequence[str], failovers: int, kinds: Sequence[str], *, writes: bool = True
+) -> list[RunResult]:
+    """Start the control plane and the hook once, then each DCS mode's cluster in turn."""
+    work_dir = Path(tempfile.mkdtemp(prefix="pgfh-bench-kube-"))
+    ensure_pod_network()
+    plane = start_control_plane(work_dir / "controlplane", log=lambda line: print(f"  {line}"))
+    results = []
+    try:
+        with rig_hook(work_dir / "hook", env=HOOK_ENV) as hook:
+            for dcs in dcs_modes:
+                print(f"{dcs}: starting the cluster and the rig ...", flush=True)
+                with benchmark_rig(plane, dcs, hook, work_dir) as rig:
+                    results.append(run_on(rig, dcs, failovers, kinds, writes=writes))
+    finally:
+        plane.stop()
+    return results
+
+
+def load_line() -> str:
+    """The machine's load while it ran: what a reader needs to weigh the figures."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} / {five:.2f} / {fifteen:.2f} on {os.cpu_count()} CPUs"
+
+
+def report(results: Sequence[RunResult]) -> list[str]:
+    lines = summarize([f for r in results for f in r.failovers])
+    for r in results:
+        inv = r.invariants
+        w = r.writes
+        lines.append(
+            f"\n{r.dcs}: {len(r.failovers)} failovers, {inv.syncs} syncs ({inv.hook_errors} "
+            f"failed), {inv.selector_changes} selector changes; at most {inv.most_ready_at_once} "
+            f"Pod ready at once in the primary slice; Service deleted {inv.service_deleted} "
+            f"times; empty selectors {inv.empty_selectors}."
+        )
+        when = w.get("failed_when") or {}
+        lines.append(
+            "  no writer in this run"
+            if not w
+            else (
+                f"  writes through the slice (one every 50 ms): {w.get('ok')} ok, "
+                f"{w.get('failed')} failed ({when.get('no_leader')} with no leader, "
+                f"{when.get('service_elsewhere')} with a leader but the slice not on it yet, "
+                f"{when.get('service_on_leader')} with the slice on the leader), "
+                f"{w.get('on_non_leader')} on a non-leader."
+            )
+        )
+        no_leader = sum(f.no_leader for f in r.failovers)
+        misrouted = sum(f.misrouted for f in r.failovers)
+        lines.append(
+            f"  ground truth (20 ms sampler): no leader {no_leader:.2f} s in total; a leader "
+            f"but the slice elsewhere {misrouted:.3f} s in total."
+        )
+        detections = sorted({str(f.detection) for f in r.failovers})
+        resyncs = [f.resync_before for f in r.failovers if f.resync_before is not None]
+        lines.append(
+            f"  switchoverDetection at the triggers: {', '.join(detections)}; healthy resync in "
+            f"force {min(resyncs, default=0):.1f}–{max(resyncs, default=0):.1f} s"
+        )
+        if r.detection_condition is not None:
+            c = r.detection_condition
+            lines.append(
+                f"  SwitchoverDetection: {c.get('status')} {c.get('reason')}: {c.get('message')}"
+            )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dcs", default="etcd", help=f"comma-separated, among {DCS_MODES}")
+    parser.add_argument("--failovers", type=int, default=21, help="per DCS mode")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated, cycled")
+    parser.add_argument("--quick", action="store_true", help="one failover of each kind")
+    parser.add_argument("--no-writes", action="store_true", help="no client writing meanwhile")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    kinds = [k for k in args.kinds.split(",") if k]
+    modes = [m for m in args.dcs.split(",") if m]
+    if not kinds or set(kinds) - set(KINDS):
+        parser.error(f"kinds must be among {KINDS}")
+    if not modes or set(modes) - set(DCS_MODES):
+        parser.error(f"--dcs must be among {DCS_MODES}")
+    count = len(kinds) if args.quick else args.failovers
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    print(f"{started}: {count} failovers per DCS mode ({', '.join(modes)}); {load_line()}")
+    results = run(modes, count, kinds, writes=not args.no_writes)
+    lines = report(results)
+    print("\n".join(lines))
+    print(f"\nafter the run: {load_line()}")
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                [
+                    {
+                        "dcs": r.dcs,
+                        "failovers": [asdict(f) for f in r.failovers],
+                        "invariants": asdict(r.invariants),
+                        "writes": r.writes,
+                        "detection_condition": r.detection_condition,
+                    }
+                    for r in results
+                ],
+                indent=2,
+            )
+        )
+    broken = [f"{r.dcs}: {problem}" for r in results for problem in r.invariants.broken]
+    for problem in broken:
+        print(f"INVARIANT BROKEN: {problem}", file=sys.stderr)
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
