@@ -54,6 +54,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -65,14 +66,15 @@ from bench.failover import KINDS, Sampler, Writer, percentile
 from controlplane import ControlPlane, start_control_plane
 from controlplane.accounts import metacontroller_kubeconfig
 from controlplane.podnet import ensure_pod_network, pod_ip
-from controlplane.rest import KubeApiError, KubeRest
+from controlplane.rest import KubeApiError, KubeRest, resource_path
 from devcluster import PatroniCluster
 from devcluster.kubernetes_dcs import KubernetesDCS, create_member_pods, grant_patroni_rights
 from standin.gunicorn import GunicornHook
 from standin.harness import CLUSTER, SERVICE, rig_hook
 from standin.kube import KubeSyncRecord
-from standin.kube_rig import HOOK_ENV, KubeRig, kube_rig
+from standin.kube_rig import HOOK_ENV, KubeRig, SliceWatch, kube_rig
 from standin.loop import POD_NAME_LABEL
+from standin.reflector import Reflector
 
 DCS_MODES = ("etcd", "endpoints", "configmaps")
 #: The Kubernetes-DCS clusters' block (tests/test_patroni_kubernetes_dcs.py): not 127.0.0.2-4.
@@ -81,14 +83,26 @@ KUBERNETES_FIRST_IP = 12
 FAILOVER_TIMEOUT = 90.0
 #: After the new leader is promoted, how long the slice may take to list it (a poll miss).
 SLICE_TIMEOUT = 30.0
-#: The hops of the table, each ``(label, from, to)`` over :class:`KubeFailover`'s times.
-HOPS: Sequence[tuple[str, str, str]] = (
-    ("trigger→promotion (Patroni)", "trigger", "promotion"),
-    ("promotion→reply (hook)", "promotion", "reply"),
-    ("reply→Service write", "reply", "service"),
-    ("Service write→slice", "service", "slice"),
-    ("promotion→slice", "promotion", "slice"),
-    ("trigger→slice", "trigger", "slice"),
+#: How far apart two watches (each in its own thread) may report causally ordered events.
+WATCH_SLACK = 0.25
+#: The side-by-side Service with ``publishNotReadyAddresses`` (not one of Patroni's names).
+MIRROR_SERVICE = "pg-orders-primary-pnr"
+#: The hops of the main table: ``(label, seconds of a failover)``.
+HOPS: Sequence[tuple[str, Callable[[KubeFailover], float]]] = (
+    ("trigger→promotion (Patroni)", lambda f: f.promotion - f.trigger),
+    ("promotion→reply (hook)", lambda f: f.reply - f.promotion),
+    ("reply→Service write", lambda f: f.service - f.reply),
+    ("Service write→slice", lambda f: f.slice - f.service),
+    ("promotion→slice", lambda f: f.slice - f.promotion),
+    ("trigger→slice", lambda f: f.slice - f.trigger),
+)
+#: The readiness table: what the endpointslice hop waits for, and the same hop for a Service
+#: with ``publishNotReadyAddresses: true`` (:class:`NotReadyMirror`), side by side.
+READINESS_HOPS: Sequence[tuple[str, Callable[[KubeFailover], float]]] = (
+    ("Service write→slice", lambda f: f.slice - f.service),
+    ("of it, waiting for the new leader's Pod Ready", lambda f: f.readiness_wait),
+    ("Service write→slice, publishNotReadyAddresses", lambda f: f.pnr_hop),
+    ("promotion→slice, publishNotReadyAddresses", lambda f: f.service - f.promotion + f.pnr_hop),
 )
 T = TypeVar("T")
 
@@ -114,9 +128,24 @@ class KubeFailover:
     #: Ground truth in [trigger, slice moved]: no leader at all; a leader, the slice elsewhere.
     no_leader: float = 0.0
     misrouted: float = 0.0
+    #: When the new leader's Pod turned Ready after the trigger (``None``: it stayed Ready).
+    #: A replica that stops streaming turns NotReady (Patroni's /readiness), and the kubelet
+    #: probes once a period: the slice waits for it.
+    new_ready: float | None = None
+    #: The mirror with ``publishNotReadyAddresses``: its selector written, its slice moved.
+    pnr_started: float = 0.0
+    pnr_slice: float = 0.0
 
-    def hop(self, start: str, end: str) -> float:
-        return float(getattr(self, end)) - float(getattr(self, start))
+    @property
+    def readiness_wait(self) -> float:
+        """How long the slice waited after the Service write for the new Pod to be Ready."""
+        if self.new_ready is None or self.new_ready < self.trigger:
+            return 0.0
+        return max(0.0, min(self.new_ready, self.slice) - self.service)
+
+    @property
+    def pnr_hop(self) -> float:
+        return self.pnr_slice - self.pnr_started
 
 
 @dataclass
@@ -146,10 +175,14 @@ class Invariants:
     hook_errors: int = 0
     syncs: int = 0
     writes_on_non_leader: int = 0
+    #: The same for the publishNotReadyAddresses mirror's slice.
+    mirror_most_ready_at_once: int = 0
 
     @property
     def broken(self) -> list[str]:
         problems = []
+        if self.mirror_most_ready_at_once > 1:
+            problems.append(f"{self.mirror_most_ready_at_once} Pods ready at once in the mirror")
         if self.most_ready_at_once > 1:
             problems.append(f"{self.most_ready_at_once} Pods ready at once in the primary slice")
         if self.service_deleted:
@@ -171,6 +204,11 @@ class RunResult:
     writes: dict[str, Any] = field(default_factory=dict)
     #: The ``SwitchoverDetection`` condition of the last status (Kubernetes DCS: why).
     detection_condition: dict[str, Any] | None = None
+    #: How long the failovers took, and the syncs in that time (Pod events bring syncs).
+    seconds: float = 0.0
+    syncs: int = 0
+    #: What the watches saw (for the JSON output, to read a hop after the fact).
+    trace: dict[str, list[Any]] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------ pure parts
@@ -248,19 +286,20 @@ def _stats(values: Sequence[float]) -> str:
     return f"{statistics.median(values):.3f} / {percentile(values, 0.95):.3f} / {max(values):.3f}"
 
 
-def summarize(failovers: Sequence[KubeFailover]) -> list[str]:
-    """The markdown table: p50 / p95 / max of every hop, per DCS mode and kind."""
-    header = "| DCS | failover | n | " + " | ".join(label for label, _, _ in HOPS) + " |"
-    lines = [header, "|" + "---|" * (3 + len(HOPS))]
+def summarize(
+    failovers: Sequence[KubeFailover],
+    hops: Sequence[tuple[str, Callable[[KubeFailover], float]]] = HOPS,
+) -> list[str]:
+    """A markdown table: p50 / p95 / max of every hop, per DCS mode and kind."""
+    header = "| DCS | failover | n | " + " | ".join(label for label, _ in hops) + " |"
+    lines = [header, "|" + "---|" * (3 + len(hops))]
     for dcs in DCS_MODES:
         for kind in KINDS:
             chosen = [f for f in failovers if f.dcs == dcs and f.kind == kind]
             if not chosen:
                 continue
-            cells = [_stats([f.hop(a, b) for f in chosen]) for _, a, b in HOPS]
+            cells = [_stats([hop(f) for f in chosen]) for _, hop in hops]
             lines.append(f"| {dcs} | {kind} | {len(chosen)} | " + " | ".join(cells) + " |")
-    lines.append("")
-    lines.append("Each cell: p50 / p95 / max in seconds, all on one monotonic clock.")
     return lines
 
 
@@ -276,6 +315,130 @@ def _wait(check: Callable[[], T | None], timeout: float, what: str) -> T:
 
 
 # ------------------------------------------------------------------------------ the rig
+
+
+class PodReadiness:
+    """Every Pod's Ready condition in a namespace over time, from a watch (the kubelet
+    stand-in writes it from Patroni's ``/readiness``, probed once a ``periodSeconds``)."""
+
+    def __init__(self, rest: KubeRest, namespace: str) -> None:
+        #: ``(monotonic time, Pod name, Ready)`` at every change.
+        self.changes: list[tuple[float, str, bool]] = []
+        self._last: dict[str, bool] = {}
+        self._lock = threading.Lock()
+        path = resource_path("v1", "pods", namespace)
+        self._reflector = Reflector(rest, path, self._on_pod, name="bench-pods")
+
+    def start(self) -> PodReadiness:
+        self._reflector.start()
+        self._reflector.wait_synced(10)
+        return self
+
+    def stop(self) -> None:
+        self._reflector.stop()
+
+    def _on_pod(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        ready = kind != "DELETED" and any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+        )
+        name = str(obj["metadata"]["name"])
+        with self._lock:
+            if self._last.get(name) != ready:
+                self._last[name] = ready
+                self.changes.append((time.monotonic(), name, ready))
+
+    def turned_ready(self, name: str, after: float, until: float) -> float | None:
+        """When ``name`` first turned Ready in [after, until] (``None``: it did not). The
+        slice and Pod watches run in threads of their own, so the caller allows ``until`` a
+        little past the slice's move: the Pod event may be handled just after the slice's."""
+        with self._lock:
+            found = [
+                at for at, pod, up in self.changes if pod == name and up and after <= at <= until
+            ]
+        return found[0] if found else None
+
+
+class NotReadyMirror:
+    """A second Service that copies the primary Service's selector (from a watch, one write
+    later) and sets ``publishNotReadyAddresses: true``: the endpointslice controller then
+    lists the selected Pod ready whatever its Ready condition, so its slice shows what the
+    primary Service would do with that setting, measured side by side in the same run."""
+
+    def __init__(self, rest: KubeRest, namespace: str, name: str = MIRROR_SERVICE) -> None:
+        self.rest = rest
+        self.namespace = namespace
+        self.name = name
+        #: ``(monotonic time the primary's change was seen, selector written)``.
+        self.writes: list[tuple[float, dict[str, str]]] = []
+        self.slices = SliceWatch(rest, namespace, service=name)
+        self._written: dict[str, str] | None = None
+        path = resource_path("v1", "services", namespace)
+        self._reflector = Reflector(rest, path, self._on_service, name="bench-mirror")
+
+    def start(self, timeout: float = 30.0) -> NotReadyMirror:
+        primary = _wait(
+            lambda: self._primary(), timeout, f"the primary Service {SERVICE} to be created"
+        )
+        spec = primary["spec"]
+        self._written = dict(spec.get("selector") or {})
+        ports = [
+            {k: v for k, v in port.items() if k in ("name", "port", "protocol", "targetPort")}
+            for port in spec.get("ports") or []
+        ]
+        self.rest.create(
+            resource_path("v1", "services", self.namespace),
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": {
+                    "selector": self._written,
+                    "ports": ports,
+                    "publishNotReadyAddresses": True,
+                },
+            },
+        )
+        self.writes.append((time.monotonic(), dict(self._written)))
+        self.slices.start()
+        self._reflector.start()
+        self._reflector.wait_synced(10)
+        return self
+
+    def stop(self) -> None:
+        self._reflector.stop()
+        self.slices.stop()
+
+    def _primary(self) -> dict[str, Any] | None:
+        try:
+            return self.rest.get(resource_path("v1", "services", self.namespace, SERVICE))
+        except KubeApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def _on_service(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if obj["metadata"]["name"] != SERVICE or kind == "DELETED":
+            return
+        selector = dict((obj.get("spec") or {}).get("selector") or {})
+        if not selector or selector == self._written:
+            return
+        seen = time.monotonic()
+        self.rest.merge_patch(
+            resource_path("v1", "services", self.namespace, self.name),
+            {"spec": {"selector": selector}},
+        )
+        self._written = selector
+        self.writes.append((seen, selector))
+
+
+@dataclass
+class Bench:
+    """The rig and what this benchmark watches beside it."""
+
+    rig: KubeRig
+    pods: PodReadiness
+    mirror: NotReadyMirror
 
 
 def pods_ready(rig: KubeRig) -> bool:
@@ -307,8 +470,9 @@ def settle(rig: KubeRig, want_detection: str | None, timeout: float = 60.0) -> N
         )
 
 
-def one_failover(rig: KubeRig, dcs: str, kind: str) -> KubeFailover:
+def one_failover(bench: Bench, dcs: str, kind: str) -> KubeFailover:
     """Trigger one failover of ``kind`` and time it up to the slice; then repair."""
+    rig = bench.rig
     cluster = rig.cluster
     old = cluster.leader()
     if old is None:
@@ -332,6 +496,13 @@ def one_failover(rig: KubeRig, dcs: str, kind: str) -> KubeFailover:
         lambda: first_selector(rig.slices.selectors, new, trigger), 10, f"the Service on {new}"
     )
     moved = _wait(lambda: first_ready(rig.slices.history, (new_ip,), trigger), 1, "the slice")
+    bench.mirror.slices.wait_ready((new_ip,), SLICE_TIMEOUT, f"the mirror on {new}")
+    mirror_slice = _wait(
+        lambda: first_ready(bench.mirror.slices.history, (new_ip,), trigger), 1, "the mirror"
+    )
+    mirror_write = _wait(
+        lambda: first_selector(bench.mirror.writes, new, trigger), 1, "the mirror's write"
+    )
     failover = KubeFailover(
         dcs=dcs,
         kind=kind,
@@ -343,6 +514,9 @@ def one_failover(rig: KubeRig, dcs: str, kind: str) -> KubeFailover:
         service=service,
         slice=moved,
         detection=detection,
+        new_ready=bench.pods.turned_ready(new, trigger, moved + WATCH_SLACK),
+        pnr_started=mirror_write,
+        pnr_slice=mirror_slice,
     )
     failover.resync_before, failover.resync_due = resync_in_force(rig.records, trigger)
     if kind != "switchover":
@@ -354,7 +528,7 @@ def one_failover(rig: KubeRig, dcs: str, kind: str) -> KubeFailover:
 
 
 def run_on(
-    rig: KubeRig,
+    bench: Bench,
     dcs: str,
     failovers: int,
     kinds: Sequence[str],
@@ -369,21 +543,23 @@ def run_on(
     when it moved, which is a Pod event, hence a sync, whatever the switchover detection.
     Without writes the only Pod changes are the roles' and the kubelet's readiness.
     """
+    rig = bench.rig
     result = RunResult(dcs)
     event_driven = None if dcs == "etcd" else "RoleLabel"
     settle(rig, event_driven)
     route = SliceRoute(rig)
+    started, syncs_before = time.monotonic(), len(rig.records)
     writer_context = Writer(route) if writes else contextlib.nullcontext(None)
     with Sampler(route) as sampler, writer_context as writer:
         for index, kind in zip(range(failovers), itertools.cycle(kinds), strict=False):
             settle(rig, event_driven)
-            failover = one_failover(rig, dcs, kind)
+            failover = one_failover(bench, dcs, kind)
             failover.no_leader, failover.misrouted = sampler.between(
                 failover.trigger, failover.slice
             )
             result.failovers.append(failover)
             if not quiet:
-                hops = ", ".join(f"{label} {failover.hop(a, b):.3f}" for label, a, b in HOPS)
+                hops = ", ".join(f"{label} {hop(failover):.3f}" for label, hop in HOPS)
                 print(
                     f"  {dcs} #{index + 1:2d} {kind:10s} {failover.old} -> {failover.new} "
                     f"[{failover.detection}, resync {failover.resync_before}]: {hops}",
@@ -398,7 +574,17 @@ def run_on(
                 "errors": done.errors,
                 "on_non_leader": done.on_non_leader,
             }
+    result.seconds = time.monotonic() - started
+    result.syncs = len(rig.records) - syncs_before
     result.invariants = invariants_of(rig, int(result.writes.get("on_non_leader") or 0))
+    result.invariants.mirror_most_ready_at_once = bench.mirror.slices.most_ready_at_once()
+    result.trace = {
+        "pods_ready": list(bench.pods.changes),
+        "slice": list(rig.slices.history),
+        "selectors": list(rig.slices.selectors),
+        "mirror_writes": list(bench.mirror.writes),
+        "mirror_slice": list(bench.mirror.slices.history),
+    }
     conditions = status_of(rig).get("conditions") or []
     result.detection_condition = next(
         (c for c in conditions if c.get("type") == "SwitchoverDetection"), None
@@ -414,11 +600,14 @@ def benchmark_rig(
     work_dir: Path,
     *,
     etcd_cluster: PatroniCluster | None = None,
-) -> Iterator[KubeRig]:
+    first_ip: int | None = None,
+) -> Iterator[Bench]:
     """A namespace, a Patroni cluster on ``dcs``, and the rig on them (Metacontroller's
     stand-in under its own least-privilege ServiceAccount); all gone on exit.
     ``etcd_cluster``: the etcd-DCS cluster to use instead of starting one (the test suite's
-    session cluster, which holds the same addresses)."""
+    session cluster, which holds the same addresses). ``first_ip``: the members on
+    ``127.0.0.<first_ip>`` and up (and etcd on the address below), away from a cluster that
+    holds the usual block."""
     if dcs not in DCS_MODES:
         raise ValueError(f"dcs must be one of {DCS_MODES}, not {dcs!r}")
     admin = KubeRest.from_kubeconfig(plane.admin_kubeconfig)
@@ -428,7 +617,11 @@ def benchmark_rig(
     try:
         with contextlib.ExitStack() as stack:
             if dcs == "etcd":
-                cluster = etcd_cluster or stack.enter_context(PatroniCluster())
+                cluster = etcd_cluster or stack.enter_context(
+                    PatroniCluster()
+                    if first_ip is None
+                    else PatroniCluster(first_ip=first_ip, etcd_host=f"127.0.0.{first_ip - 1}")
+                )
             else:
                 kubernetes = KubernetesDCS(
                     server=plane.server_url,
@@ -437,11 +630,10 @@ def benchmark_rig(
                     namespace=namespace,
                     use_endpoints=dcs == "endpoints",
                 )
-                members = {f"{CLUSTER}-{i}": f"127.0.0.{KUBERNETES_FIRST_IP + i}" for i in range(3)}
+                first = KUBERNETES_FIRST_IP if first_ip is None else first_ip
+                members = {f"{CLUSTER}-{i}": f"127.0.0.{first + i}" for i in range(3)}
                 create_member_pods(admin, kubernetes, CLUSTER, members)
-                cluster = stack.enter_context(
-                    PatroniCluster(first_ip=KUBERNETES_FIRST_IP, kubernetes=kubernetes)
-                )
+                cluster = stack.enter_context(PatroniCluster(first_ip=first, kubernetes=kubernetes))
             rig = stack.enter_context(
                 kube_rig(
                     cluster,
@@ -454,7 +646,13 @@ def benchmark_rig(
                     create_pods=dcs == "etcd",
                 )
             )
-            yield rig
+            pods = PodReadiness(admin, namespace).start()
+            stack.callback(pods.stop)
+            mirror = NotReadyMirror(KubeRest.from_kubeconfig(plane.admin_kubeconfig), namespace)
+            stack.callback(mirror.rest.close)
+            mirror.start()
+            stack.callback(mirror.stop)
+            yield Bench(rig, pods, mirror)
     finally:
         with contextlib.suppress(KubeApiError):
             admin.delete(f"/api/v1/namespaces/{namespace}")
@@ -462,19 +660,25 @@ def benchmark_rig(
 
 
 def run(
-    dcs_modes: Sequence[str], failovers: int, kinds: Sequence[str], *, writes: bool = True
+    dcs_modes: Sequence[str],
+    failovers: int,
+    kinds: Sequence[str],
+    *,
+    writes: bool = True,
+    first_ip: int | None = None,
 ) -> list[RunResult]:
     """Start the control plane and the hook once, then each DCS mode's cluster in turn."""
     work_dir = Path(tempfile.mkdtemp(prefix="pgfh-bench-kube-"))
     ensure_pod_network()
     plane = start_control_plane(work_dir / "controlplane", log=lambda line: print(f"  {line}"))
     results = []
+    (work_dir / "hook").mkdir()
     try:
         with rig_hook(work_dir / "hook", env=HOOK_ENV) as hook:
             for dcs in dcs_modes:
                 print(f"{dcs}: starting the cluster and the rig ...", flush=True)
-                with benchmark_rig(plane, dcs, hook, work_dir) as rig:
-                    results.append(run_on(rig, dcs, failovers, kinds, writes=writes))
+                with benchmark_rig(plane, dcs, hook, work_dir, first_ip=first_ip) as bench:
+                    results.append(run_on(bench, dcs, failovers, kinds, writes=writes))
     finally:
         plane.stop()
     return results
@@ -487,7 +691,20 @@ def load_line() -> str:
 
 
 def report(results: Sequence[RunResult]) -> list[str]:
-    lines = summarize([f for r in results for f in r.failovers])
+    failovers = [f for r in results for f in r.failovers]
+    lines = summarize(failovers)
+    lines += [
+        "",
+        "Where the endpointslice hop goes, and the same Service with "
+        "publishNotReadyAddresses (a mirror, one write later, timed from that write):",
+        "",
+    ]
+    lines += summarize(failovers, READINESS_HOPS)
+    waited = sum(1 for f in failovers if f.readiness_wait > 0)
+    lines.append(
+        f"\nEach cell: p50 / p95 / max in seconds, on one monotonic clock. The slice waited for "
+        f"the new leader's Pod to turn Ready in {waited} of {len(failovers)} failovers."
+    )
     for r in results:
         inv = r.invariants
         w = r.writes
@@ -496,6 +713,10 @@ def report(results: Sequence[RunResult]) -> list[str]:
             f"failed), {inv.selector_changes} selector changes; at most {inv.most_ready_at_once} "
             f"Pod ready at once in the primary slice; Service deleted {inv.service_deleted} "
             f"times; empty selectors {inv.empty_selectors}."
+        )
+        lines.append(
+            f"  {r.syncs} syncs in the {r.seconds:.0f} s of failovers: "
+            f"{60 * r.syncs / max(r.seconds, 1e-9):.0f} a minute."
         )
         when = w.get("failed_when") or {}
         lines.append(
@@ -538,6 +759,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated, cycled")
     parser.add_argument("--quick", action="store_true", help="one failover of each kind")
     parser.add_argument("--no-writes", action="store_true", help="no client writing meanwhile")
+    parser.add_argument(
+        "--first-ip",
+        type=int,
+        help="members on 127.0.0.N and up (etcd on N-1): away from a cluster on the usual block",
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
@@ -549,7 +775,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     count = len(kinds) if args.quick else args.failovers
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"{started}: {count} failovers per DCS mode ({', '.join(modes)}); {load_line()}")
-    results = run(modes, count, kinds, writes=not args.no_writes)
+    results = run(modes, count, kinds, writes=not args.no_writes, first_ip=args.first_ip)
     lines = report(results)
     print("\n".join(lines))
     print(f"\nafter the run: {load_line()}")
@@ -563,6 +789,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "invariants": asdict(r.invariants),
                         "writes": r.writes,
                         "detection_condition": r.detection_condition,
+                        "seconds": r.seconds,
+                        "trace": r.trace,
+                        "syncs": r.syncs,
                     }
                     for r in results
                 ],

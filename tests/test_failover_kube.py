@@ -20,6 +20,7 @@ import pytest
 from bench.failover import KINDS
 from bench.failover_kube import (
     KUBERNETES_FIRST_IP,
+    Bench,
     KubeFailover,
     RunResult,
     benchmark_rig,
@@ -32,7 +33,7 @@ from hooks.config import HookSettings
 from hooks.model import DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS
 from standin.gunicorn import GunicornHook
 from standin.harness import rig_hook
-from standin.kube_rig import HOOK_ENV, KubeRig
+from standin.kube_rig import HOOK_ENV
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
 TIMING = HookSettings().resync
@@ -54,7 +55,7 @@ def etcd_rig(
     healthy_patroni_cluster: PatroniCluster,
     kube_hook: GunicornHook,
     tmp_path: Path,
-) -> Iterator[KubeRig]:
+) -> Iterator[Bench]:
     """The session's etcd-DCS cluster as Pods of the real API server, with the whole rig."""
     with benchmark_rig(
         control_plane, "etcd", kube_hook, tmp_path, etcd_cluster=healthy_patroni_cluster
@@ -79,7 +80,7 @@ def _invariants(result: RunResult) -> None:
     assert inv.selector_changes >= len(result.failovers) + 1  # the first, then one a failover
 
 
-def test_the_slice_follows_a_kill_a_graceful_stop_and_a_switchover(etcd_rig: KubeRig) -> None:
+def test_the_slice_follows_a_kill_a_graceful_stop_and_a_switchover(etcd_rig: Bench) -> None:
     result = run_on(etcd_rig, "etcd", len(KINDS), KINDS)
     _invariants(result)
     assert [f.kind for f in result.failovers] == list(KINDS)
@@ -89,7 +90,7 @@ def test_the_slice_follows_a_kill_a_graceful_stop_and_a_switchover(etcd_rig: Kub
         # No Pod changes at a switchover here: only the healthy resync (phase-spread, up to
         # 1.5 periods) brings the sync; after a kill or a stop the degraded resync polls.
         bound = 1.5 * TIMING.healthy + TIMING.degraded + MARGIN
-        assert failover.hop("promotion", "slice") < bound, failover
+        assert failover.slice - failover.promotion < bound, failover
     assert result.writes["on_non_leader"] == 0
 
 
@@ -107,9 +108,9 @@ def test_a_switchover_on_the_kubernetes_dcs_is_followed_through_the_pod_change(
     either way, so up to three are tried until one does not (each has a chance of about
     the window over 30 s)."""
     assert KUBERNETES_FIRST_IP == 12  # the block tests/test_patroni_kubernetes_dcs.py uses
-    with benchmark_rig(control_plane, dcs, kube_hook, tmp_path) as rig:
+    with benchmark_rig(control_plane, dcs, kube_hook, tmp_path) as bench:
         for _ in range(3):
-            result = run_on(rig, dcs, 1, ["switchover"], writes=False)
+            result = run_on(bench, dcs, 1, ["switchover"], writes=False)
             _invariants(result)
             (failover,) = result.failovers
             _causal(failover)
@@ -120,7 +121,7 @@ def test_a_switchover_on_the_kubernetes_dcs_is_followed_through_the_pod_change(
                 break
         else:
             pytest.fail("three switchovers in a row each held the scheduled resync")
-        assert failover.hop("trigger", "slice") < DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS / 2, failover
+        assert failover.slice - failover.trigger < DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS / 2, failover
         assert result.detection_condition is not None
         assert result.detection_condition["status"] == "True"
         assert result.detection_condition["reason"] == "RoleLabelsAgree"
