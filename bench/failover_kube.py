@@ -87,6 +87,8 @@ SLICE_TIMEOUT = 30.0
 WATCH_SLACK = 0.25
 #: The side-by-side Service with ``publishNotReadyAddresses`` (not one of Patroni's names).
 MIRROR_SERVICE = "pg-orders-primary-pnr"
+#: The side-by-side Service without a selector, its EndpointSlice written directly.
+DIRECT_SERVICE = "pg-orders-primary-direct"
 #: The hops of the main table: ``(label, seconds of a failover)``.
 HOPS: Sequence[tuple[str, Callable[[KubeFailover], float]]] = (
     ("trigger→promotion (Patroni)", lambda f: f.promotion - f.trigger),
@@ -103,6 +105,11 @@ READINESS_HOPS: Sequence[tuple[str, Callable[[KubeFailover], float]]] = (
     ("of it, waiting for the new leader's Pod Ready", lambda f: f.readiness_wait),
     ("Service write→slice, publishNotReadyAddresses", lambda f: f.pnr_hop),
     ("promotion→slice, publishNotReadyAddresses", lambda f: f.service - f.promotion + f.pnr_hop),
+    ("Service write→slice, no selector, slice written directly", lambda f: f.direct_hop),
+    (
+        "promotion→slice, no selector, slice written",
+        lambda f: f.service - f.promotion + f.direct_hop,
+    ),
 )
 T = TypeVar("T")
 
@@ -135,6 +142,9 @@ class KubeFailover:
     #: The mirror with ``publishNotReadyAddresses``: its selector written, its slice moved.
     pnr_started: float = 0.0
     pnr_slice: float = 0.0
+    #: The selector-less Service whose EndpointSlice is written directly: likewise.
+    direct_started: float = 0.0
+    direct_slice: float = 0.0
 
     @property
     def readiness_wait(self) -> float:
@@ -146,6 +156,10 @@ class KubeFailover:
     @property
     def pnr_hop(self) -> float:
         return self.pnr_slice - self.pnr_started
+
+    @property
+    def direct_hop(self) -> float:
+        return self.direct_slice - self.direct_started
 
 
 @dataclass
@@ -175,14 +189,17 @@ class Invariants:
     hook_errors: int = 0
     syncs: int = 0
     writes_on_non_leader: int = 0
-    #: The same for the publishNotReadyAddresses mirror's slice.
+    #: The same for the publishNotReadyAddresses mirror's slice and the direct one.
     mirror_most_ready_at_once: int = 0
+    direct_most_ready_at_once: int = 0
 
     @property
     def broken(self) -> list[str]:
         problems = []
         if self.mirror_most_ready_at_once > 1:
             problems.append(f"{self.mirror_most_ready_at_once} Pods ready at once in the mirror")
+        if self.direct_most_ready_at_once > 1:
+            problems.append(f"{self.direct_most_ready_at_once} Pods ready in the direct slice")
         if self.most_ready_at_once > 1:
             problems.append(f"{self.most_ready_at_once} Pods ready at once in the primary slice")
         if self.service_deleted:
@@ -359,46 +376,35 @@ class PodReadiness:
         return found[0] if found else None
 
 
-class NotReadyMirror:
-    """A second Service that copies the primary Service's selector (from a watch, one write
-    later) and sets ``publishNotReadyAddresses: true``: the endpointslice controller then
-    lists the selected Pod ready whatever its Ready condition, so its slice shows what the
-    primary Service would do with that setting, measured side by side in the same run."""
+class Mirror:
+    """A second Service that follows the primary Service's selector from a watch, one write
+    later, to measure another way of publishing the leader side by side in the same run.
+    :attr:`writes` holds when each change of the primary was seen (so a mirror's figure is
+    timed from the primary's Service write, its own write included)."""
 
-    def __init__(self, rest: KubeRest, namespace: str, name: str = MIRROR_SERVICE) -> None:
+    def __init__(self, rest: KubeRest, namespace: str, name: str) -> None:
         self.rest = rest
         self.namespace = namespace
         self.name = name
-        #: ``(monotonic time the primary's change was seen, selector written)``.
+        #: ``(monotonic time the primary's change was seen, its selector)``.
         self.writes: list[tuple[float, dict[str, str]]] = []
         self.slices = SliceWatch(rest, namespace, service=name)
         self._written: dict[str, str] | None = None
+        self.ports: list[dict[str, Any]] = []
         path = resource_path("v1", "services", namespace)
-        self._reflector = Reflector(rest, path, self._on_service, name="bench-mirror")
+        self._reflector = Reflector(rest, path, self._on_service, name=f"bench-{name}")
 
-    def start(self, timeout: float = 30.0) -> NotReadyMirror:
+    def start(self, timeout: float = 30.0) -> Mirror:
         primary = _wait(
             lambda: self._primary(), timeout, f"the primary Service {SERVICE} to be created"
         )
         spec = primary["spec"]
         self._written = dict(spec.get("selector") or {})
-        ports = [
+        self.ports = [
             {k: v for k, v in port.items() if k in ("name", "port", "protocol", "targetPort")}
             for port in spec.get("ports") or []
         ]
-        self.rest.create(
-            resource_path("v1", "services", self.namespace),
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": self.name, "namespace": self.namespace},
-                "spec": {
-                    "selector": self._written,
-                    "ports": ports,
-                    "publishNotReadyAddresses": True,
-                },
-            },
-        )
+        self._create(self._written)
         self.writes.append((time.monotonic(), dict(self._written)))
         self.slices.start()
         self._reflector.start()
@@ -408,6 +414,15 @@ class NotReadyMirror:
     def stop(self) -> None:
         self._reflector.stop()
         self.slices.stop()
+
+    def _create(self, selector: dict[str, str]) -> None:
+        raise NotImplementedError
+
+    def _follow(self, selector: dict[str, str]) -> None:
+        raise NotImplementedError
+
+    def _service_path(self) -> str:
+        return resource_path("v1", "services", self.namespace, self.name)
 
     def _primary(self) -> dict[str, Any] | None:
         try:
@@ -424,12 +439,94 @@ class NotReadyMirror:
         if not selector or selector == self._written:
             return
         seen = time.monotonic()
-        self.rest.merge_patch(
-            resource_path("v1", "services", self.namespace, self.name),
-            {"spec": {"selector": selector}},
-        )
+        self._follow(selector)
         self._written = selector
         self.writes.append((seen, selector))
+
+
+class NotReadyMirror(Mirror):
+    """The primary Service with ``publishNotReadyAddresses: true``: the endpointslice
+    controller lists the selected Pod ready whatever its Ready condition."""
+
+    def __init__(self, rest: KubeRest, namespace: str, name: str = MIRROR_SERVICE) -> None:
+        super().__init__(rest, namespace, name)
+
+    def _create(self, selector: dict[str, str]) -> None:
+        spec = {"selector": selector, "ports": self.ports, "publishNotReadyAddresses": True}
+        self.rest.create(
+            resource_path("v1", "services", self.namespace),
+            {"apiVersion": "v1", "kind": "Service", "metadata": self._meta(), "spec": spec},
+        )
+
+    def _meta(self) -> dict[str, Any]:
+        return {"name": self.name, "namespace": self.namespace}
+
+    def _follow(self, selector: dict[str, str]) -> None:
+        self.rest.merge_patch(self._service_path(), {"spec": {"selector": selector}})
+
+
+class DirectSliceMirror(Mirror):
+    """A Service without a selector whose one EndpointSlice is written directly (as Patroni
+    writes its leader Endpoints with ``use_endpoints``, or as the hook could have
+    Metacontroller write it as a child): the selected Pod's IP, ready, no controller hop.
+    ``pod_ip`` gives a member's Pod IP without an API call (the hook has every related Pod's
+    IP in its request)."""
+
+    def __init__(
+        self,
+        rest: KubeRest,
+        namespace: str,
+        pod_ip: Callable[[str], str],
+        name: str = DIRECT_SERVICE,
+    ) -> None:
+        super().__init__(rest, namespace, name)
+        self.pod_ip = pod_ip
+
+    def _slice_path(self) -> str:
+        return resource_path("discovery.k8s.io/v1", "endpointslices", self.namespace, self.name)
+
+    def _endpoints(self, selector: dict[str, str]) -> list[dict[str, Any]]:
+        pod = selector.get(POD_NAME_LABEL)
+        if not pod:
+            return []
+        return [
+            {
+                "addresses": [self.pod_ip(pod)],
+                "conditions": {"ready": True},
+                "targetRef": {"kind": "Pod", "name": pod, "namespace": self.namespace},
+            }
+        ]
+
+    def _create(self, selector: dict[str, str]) -> None:
+        meta = {"name": self.name, "namespace": self.namespace}
+        ports = [{"name": p.get("name"), "port": p.get("port")} for p in self.ports]
+        self.rest.create(
+            resource_path("v1", "services", self.namespace),
+            {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": {"ports": ports}},
+        )
+        self.rest.create(
+            resource_path("discovery.k8s.io/v1", "endpointslices", self.namespace),
+            {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {
+                    **meta,
+                    "labels": {
+                        "kubernetes.io/service-name": self.name,
+                        "endpointslice.kubernetes.io/managed-by": "bench.pg-failover-hook",
+                    },
+                },
+                "addressType": "IPv4",
+                "ports": [
+                    {"name": p.get("name"), "port": p.get("port"), "protocol": "TCP"}
+                    for p in self.ports
+                ],
+                "endpoints": self._endpoints(selector),
+            },
+        )
+
+    def _follow(self, selector: dict[str, str]) -> None:
+        self.rest.merge_patch(self._slice_path(), {"endpoints": self._endpoints(selector)})
 
 
 @dataclass
@@ -439,6 +536,7 @@ class Bench:
     rig: KubeRig
     pods: PodReadiness
     mirror: NotReadyMirror
+    direct: DirectSliceMirror
 
 
 def pods_ready(rig: KubeRig) -> bool:
@@ -503,6 +601,13 @@ def one_failover(bench: Bench, dcs: str, kind: str) -> KubeFailover:
     mirror_write = _wait(
         lambda: first_selector(bench.mirror.writes, new, trigger), 1, "the mirror's write"
     )
+    bench.direct.slices.wait_ready((new_ip,), SLICE_TIMEOUT, f"the direct slice on {new}")
+    direct_slice = _wait(
+        lambda: first_ready(bench.direct.slices.history, (new_ip,), trigger), 1, "the direct"
+    )
+    direct_write = _wait(
+        lambda: first_selector(bench.direct.writes, new, trigger), 1, "the direct write"
+    )
     failover = KubeFailover(
         dcs=dcs,
         kind=kind,
@@ -517,6 +622,8 @@ def one_failover(bench: Bench, dcs: str, kind: str) -> KubeFailover:
         new_ready=bench.pods.turned_ready(new, trigger, moved + WATCH_SLACK),
         pnr_started=mirror_write,
         pnr_slice=mirror_slice,
+        direct_started=direct_write,
+        direct_slice=direct_slice,
     )
     failover.resync_before, failover.resync_due = resync_in_force(rig.records, trigger)
     if kind != "switchover":
@@ -578,12 +685,15 @@ def run_on(
     result.syncs = len(rig.records) - syncs_before
     result.invariants = invariants_of(rig, int(result.writes.get("on_non_leader") or 0))
     result.invariants.mirror_most_ready_at_once = bench.mirror.slices.most_ready_at_once()
+    result.invariants.direct_most_ready_at_once = bench.direct.slices.most_ready_at_once()
     result.trace = {
         "pods_ready": list(bench.pods.changes),
         "slice": list(rig.slices.history),
         "selectors": list(rig.slices.selectors),
         "mirror_writes": list(bench.mirror.writes),
         "mirror_slice": list(bench.mirror.slices.history),
+        "direct_writes": list(bench.direct.writes),
+        "direct_slice": list(bench.direct.slices.history),
     }
     conditions = status_of(rig).get("conditions") or []
     result.detection_condition = next(
@@ -652,7 +762,13 @@ def benchmark_rig(
             stack.callback(mirror.rest.close)
             mirror.start()
             stack.callback(mirror.stop)
-            yield Bench(rig, pods, mirror)
+            direct = DirectSliceMirror(
+                KubeRest.from_kubeconfig(plane.admin_kubeconfig), namespace, rig.leader_ip
+            )
+            stack.callback(direct.rest.close)
+            direct.start()
+            stack.callback(direct.stop)
+            yield Bench(rig, pods, mirror, direct)
     finally:
         with contextlib.suppress(KubeApiError):
             admin.delete(f"/api/v1/namespaces/{namespace}")
