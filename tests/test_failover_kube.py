@@ -26,6 +26,8 @@ from bench.failover_kube import (
     benchmark_rig,
     report,
     run_on,
+    settle,
+    status_of,
 )
 from controlplane import ControlPlane
 from devcluster import PatroniCluster
@@ -122,6 +124,9 @@ def test_a_switchover_on_the_kubernetes_dcs_is_followed_through_the_pod_change(
         else:
             pytest.fail("three switchovers in a row each held the scheduled resync")
         assert failover.slice - failover.trigger < DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS / 2, failover
-        assert result.detection_condition is not None
-        assert result.detection_condition["status"] == "True"
-        assert result.detection_condition["reason"] == "RoleLabelsAgree"
+        # Back at rest, the condition says why: Patroni's own labels and annotation agree.
+        settle(bench.rig, "RoleLabel")
+        conditions = status_of(bench.rig).get("conditions") or []
+        (condition,) = [c for c in conditions if c["type"] == "SwitchoverDetection"]
+        assert condition["status"] == "True", condition
+        assert condition["reason"] == "RoleLabelsAgree", condition
