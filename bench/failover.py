@@ -47,7 +47,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import requests
 
@@ -71,6 +71,17 @@ class Failover:
     misrouted: float = 0.0  # sampler: a leader existed, the Service selected another pod
 
 
+class Routed(Protocol):
+    """What the sampler and the writer need of a rig: the cluster, and the members that
+    clients are routed to now (the stand-in's Service here; the real EndpointSlice's ready
+    addresses in :mod:`bench.failover_kube`)."""
+
+    @property
+    def cluster(self) -> PatroniCluster: ...
+
+    def selected(self) -> list[str]: ...
+
+
 @dataclass
 class Sample:
     at: float
@@ -90,7 +101,7 @@ class Writes:
 class Sampler:
     """Polls Patroni's /primary on every member (ground truth) and the Service's selection."""
 
-    def __init__(self, rig: Rig, interval: float = 0.02, max_seconds: float = 3600) -> None:
+    def __init__(self, rig: Routed, interval: float = 0.02, max_seconds: float = 3600) -> None:
         self.rig = rig
         self.interval = interval
         self.samples: list[Sample] = []
@@ -159,7 +170,7 @@ class Sampler:
 class Writer:
     """Writes a row every ``interval`` to the pod the Service selects."""
 
-    def __init__(self, rig: Rig, interval: float = 0.05, max_seconds: float = 3600) -> None:
+    def __init__(self, rig: Routed, interval: float = 0.05, max_seconds: float = 3600) -> None:
         self.rig = rig
         self.interval = interval
         self.writes = Writes()

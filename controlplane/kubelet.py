@@ -283,8 +283,13 @@ class _PodWorker:
         self._thread.start()
 
     def update(self, pod: dict[str, Any]) -> None:
+        """A new version of the Pod. Only a deletion wakes the worker: a kubelet probes on its
+        period, not when the Pod changes, and Patroni on its Kubernetes DCS patches its own
+        Pod every HA loop (role label, status annotation), which would otherwise have had
+        the stand-in probe at once, e.g. the moment a new leader labels itself primary."""
         self.pod = pod
-        self._changed.set()
+        if pod["metadata"].get("deletionTimestamp"):
+            self._changed.set()
 
     def stop(self) -> None:
         self._stop.set()

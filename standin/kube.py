@@ -102,6 +102,9 @@ class KubeSyncRecord:
     finalized: bool = False
     resync_after: float | None = None
     reply: Mapping[str, Any] | None = None
+    #: When the hook's answer arrived (before anything of it was applied): what a benchmark
+    #: times as "the hook's reply", apart from ``finished`` (after the children and status).
+    replied: float | None = None
 
 
 def _unchanged(kind: str, obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> bool:
@@ -368,6 +371,7 @@ class KubeMetacontroller:
         response: requests.Response | None = None
         try:
             response = self._call(hooks[hook]["webhook"], body)
+            replied = time.monotonic()
             if response.status_code == 429:
                 delay = retry_after(response.headers.get("Retry-After"))
                 self._record(key, hook, started, response.status_code, "429 Too Many Requests")
@@ -412,6 +416,7 @@ class KubeMetacontroller:
             finalized,
             resync_after,
             reply,
+            replied,
         )
         if failed:
             raise RuntimeError(failed)
@@ -429,6 +434,7 @@ class KubeMetacontroller:
         finalized: bool = False,
         resync_after: float | None = None,
         reply: Mapping[str, Any] | None = None,
+        replied: float | None = None,
     ) -> None:
         managed = managed or Managed()
         record = KubeSyncRecord(
@@ -445,6 +451,7 @@ class KubeMetacontroller:
             finalized,
             resync_after,
             reply,
+            replied,
         )
         with self._lock:
             self.records.append(record)

@@ -261,17 +261,21 @@ def kube_rig(
     on_record: Callable[[KubeSyncRecord], None] | None = None,
     work_dir: Path | None = None,
     controller_kubeconfig: Path | None = None,
+    create_pods: bool = True,
 ) -> Iterator[KubeRig]:
     """Pods, kubelet, CompositeController, Metacontroller and the PostgreSQLCluster; all of
     it stopped (the cluster's objects deleted with the namespace by the caller) on exit.
     ``kubeconfig`` sets things up (an admin's); Metacontroller runs with
     ``controller_kubeconfig`` when given (e.g. its least-privilege ServiceAccount's,
-    :func:`controlplane.accounts.metacontroller_kubeconfig`), else with ``kubeconfig``."""
+    :func:`controlplane.accounts.metacontroller_kubeconfig`), else with ``kubeconfig``.
+    ``create_pods=False``: the member Pods exist already (Patroni on its Kubernetes DCS
+    patches its own Pod, so they are made before it starts:
+    :func:`devcluster.kubernetes_dcs.create_member_pods`)."""
     controller_config = controller_kubeconfig or kubeconfig
     rest = KubeRest.from_kubeconfig(kubeconfig)
     install(rest, hook_url, token)
     with KubeletStandIn(rest, NODE) as kubelet:
-        for member in cluster.members:
+        for member in cluster.members if create_pods else ():
             _create_pod(rest, member_pod(member.name, member.ip, namespace))
         slices = SliceWatch(rest, namespace, on_change=on_change).start()
         binary = binary_from_env(controller_config, work_dir or Path("/tmp"), namespace)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from kubernetes import client
@@ -56,8 +56,10 @@ def test_only_the_controllers_a_kubelet_less_machine_honours_run(
 
 class _Readiness(BaseHTTPRequestHandler):
     healthy = threading.Event()
+    hits: ClassVar[list[float]] = []
 
     def do_GET(self) -> None:
+        type(self).hits.append(time.monotonic())
         self.send_response(200 if self.healthy.is_set() else 503)
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -67,13 +69,13 @@ class _Readiness(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def readiness_server() -> Iterator[tuple[str, int, threading.Event]]:
-    handler = type("Handler", (_Readiness,), {"healthy": threading.Event()})
+def readiness_server() -> Iterator[tuple[str, int, threading.Event, list[float]]]:
+    handler = type("Handler", (_Readiness,), {"healthy": threading.Event(), "hits": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield "127.0.0.1", server.server_address[1], handler.healthy
+        yield "127.0.0.1", server.server_address[1], handler.healthy, handler.hits
     finally:
         server.shutdown()
         server.server_close()
@@ -103,11 +105,11 @@ def test_the_kubelet_stand_in_reports_readiness_from_the_pods_probe(
     kube_rest: KubeRest,
     kube_namespace: str,
     pod_network: None,
-    readiness_server: tuple[str, int, threading.Event],
+    readiness_server: tuple[str, int, threading.Event, list[float]],
 ) -> None:
     """Ready follows the Pod's readiness probe, sent to the Pod IP (198.18.0.1 stands for the
     fake's 127.0.0.1), and the real endpointslice controller follows Ready."""
-    loopback, port, healthy = readiness_server
+    loopback, port, healthy, _ = readiness_server
     host = pod_ip(loopback)
     core = client.CoreV1Api(kube_api)
     discovery = client.DiscoveryV1Api(kube_api)
@@ -140,6 +142,36 @@ def test_the_kubelet_stand_in_reports_readiness_from_the_pods_probe(
         # failureThreshold 3 at 1 s: not Ready within about 3 s, not at once
         wait_for(lambda: _ready(core, kube_namespace, "member-0") is False, 10, "not Ready")
         wait_for(lambda: listed() == [([host], False)], 10, "the slice to list it not ready")
+
+
+def test_the_kubelet_stand_in_probes_on_its_period_not_when_the_pod_changes(
+    kube_api: client.ApiClient,
+    kube_rest: KubeRest,
+    kube_namespace: str,
+    pod_network: None,
+    readiness_server: tuple[str, int, threading.Event, list[float]],
+) -> None:
+    """Patroni on its Kubernetes DCS patches its own Pod every HA loop (role label, status
+    annotation); a kubelet probes once a period whatever happens to the Pod's metadata, so
+    the stand-in must not probe on a patch (it did: a new leader labelling itself primary was
+    probed, and listed Ready, at once, which no kubelet does)."""
+    loopback, port, healthy, hits = readiness_server
+    healthy.set()
+    core = client.CoreV1Api(kube_api)
+    probe = {"httpGet": {"path": "/readiness", "port": port}, "periodSeconds": 4}
+    with KubeletStandIn(kube_rest, NODE):
+        core.create_namespaced_pod(
+            kube_namespace, _pod("member-0", pod_ip(loopback), {"app": "p"}, probe)
+        )
+        wait_for(lambda: _ready(core, kube_namespace, "member-0"), 30, "Ready")
+        time.sleep(0.5)
+        before = len(hits)
+        for index in range(10):  # ten patches in about 2 s: at most one period boundary
+            core.patch_namespaced_pod(
+                "member-0", kube_namespace, {"metadata": {"labels": {"role": f"r{index}"}}}
+            )
+            time.sleep(0.2)
+        assert len(hits) - before <= 1, hits[before:]
 
 
 def test_endpoint_slices_list_pods_of_the_node_and_the_server_refuses_loopback(

@@ -36,6 +36,7 @@ from hooks.domain.members import MemberStatus
 from hooks.loaders.schemas import load_spec
 from standin.harness import PRIMARY_SELECTOR
 from tests.helpers import loaded_pods
+from standin.kube_setup import OUR_CRD, apply_crds
 
 SCOPE = "pg-orders"
 FIRST_IP = 12
@@ -238,6 +239,49 @@ def test_the_hook_refuses_every_name_patroni_uses(k8s_cluster: K8sCluster) -> No
             }
         )
         assert spec is None and any(p.field.endswith("replicaService") for p in problems), name
+
+
+def test_the_api_server_refuses_a_cluster_named_like_patronis_objects(
+    k8s_cluster: K8sCluster,
+) -> None:
+    """The CRD's rule, on the real API server, against the names Patroni really created in
+    this namespace (and its other names): a PostgreSQLCluster whose primary or read-only
+    Service would take one is refused with 422, before any hook sees it; one that does not
+    is admitted. The rule keys on ``primarySelector['cluster-name']``, Patroni's default
+    ``scope_label``, whose value is the scope Patroni names its objects after."""
+    apply_crds(k8s_cluster.admin, OUR_CRD)
+    created = set().union(*_patroni_objects(k8s_cluster).values())
+    assert created, "Patroni created nothing to collide with"
+    names = created | {SCOPE, f"{SCOPE}-leader", f"{SCOPE}-failover", f"{SCOPE}-sync"}
+    path = f"/apis/adg.io/v1alpha1/namespaces/{k8s_cluster.ns}/postgresqlclusters"
+
+    def attempt(name: str, field: str, service: str, replica: str | None = None) -> int:
+        spec: dict[str, Any] = {
+            "primarySelector": dict(PRIMARY_SELECTOR),
+            "serviceRef": {"name": service},
+        }
+        if replica is not None:
+            spec["replicaService"] = {"name": replica}
+        body = {
+            "apiVersion": "adg.io/v1alpha1",
+            "kind": "PostgreSQLCluster",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        try:
+            k8s_cluster.admin.create(path, body)
+        except KubeApiError as error:
+            assert field in error.message, (name, error.message)
+            return error.status
+        k8s_cluster.admin.delete(f"{path}/{name}")
+        return 201
+
+    for index, taken in enumerate(sorted(names)):
+        assert attempt(f"clash-{index}", "serviceRef", taken) == 422, taken
+        assert attempt(f"clash-r{index}", "replicaService", "pg-orders-primary", taken) == 422
+    assert attempt("no-clash", "", "pg-orders-primary", "pg-orders-replicas") == 201
+    # Nothing of Patroni's was touched by the refused objects.
+    assert set().union(*_patroni_objects(k8s_cluster).values()) == created
 
 
 def test_a_parent_selector_would_adopt_patronis_config_service(k8s_cluster: K8sCluster) -> None:

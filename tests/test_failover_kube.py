@@ -1,0 +1,132 @@
+"""``bench.failover_kube`` in its quick mode, on the real control plane: the invariants of the
+primary Service and its EndpointSlice through a SIGKILL, a graceful stop and a switchover
+(etcd DCS), and through a planned switchover on Patroni's own Kubernetes DCS, where the hook
+must follow the Pod change Patroni writes rather than wait for its 30 s healthy resync.
+
+Figures are printed (``-s`` shows them), not asserted; what is asserted is what the benchmark
+exists to prove: never two Pods ready in the primary slice, the Service never deleted and
+its selector never empty, no hook call failed, every hop in causal order, and the bounds that
+are the subject (the slice on the new leader within the resync settings plus a generous
+margin). Run under ``flock /tmp/pgfh-realcluster.lock`` (real Patroni).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench.failover import KINDS
+from bench.failover_kube import (
+    KUBERNETES_FIRST_IP,
+    Bench,
+    KubeFailover,
+    RunResult,
+    benchmark_rig,
+    report,
+    run_on,
+    settle,
+    status_of,
+)
+from controlplane import ControlPlane
+from devcluster import PatroniCluster
+from hooks.config import HookSettings
+from hooks.model import DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS
+from standin.gunicorn import GunicornHook
+from standin.harness import rig_hook
+from standin.kube_rig import HOOK_ENV
+
+pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
+TIMING = HookSettings().resync
+#: Added to every bound: a busy 2-core machine, a probe round's deadline, the watch hops.
+MARGIN = HookSettings().probe_deadline + 5.0
+
+
+@pytest.fixture(scope="module")
+def kube_hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornHook]:
+    """The hook allowed to probe the test Pod network (and nothing else)."""
+    with rig_hook(tmp_path_factory.mktemp("hook"), env=HOOK_ENV) as running:
+        yield running
+
+
+@pytest.fixture
+def etcd_rig(
+    control_plane: ControlPlane,
+    pod_network: None,
+    healthy_patroni_cluster: PatroniCluster,
+    kube_hook: GunicornHook,
+    tmp_path: Path,
+) -> Iterator[Bench]:
+    """The session's etcd-DCS cluster as Pods of the real API server, with the whole rig."""
+    with benchmark_rig(
+        control_plane, "etcd", kube_hook, tmp_path, etcd_cluster=healthy_patroni_cluster
+    ) as running:
+        yield running
+
+
+def _causal(failover: KubeFailover) -> None:
+    """Each hop after the one it depends on. The promotion is seen by a 10 ms poll and the
+    hook probes on its own, so the reply may precede the poll's sighting by one interval."""
+    assert failover.trigger < failover.promotion, failover
+    assert failover.reply > failover.promotion - 0.05, failover
+    assert failover.reply <= failover.service <= failover.slice, failover
+
+
+def _invariants(result: RunResult) -> None:
+    print("\n" + "\n".join(report([result])))
+    inv = result.invariants
+    assert inv.broken == [], inv.broken
+    assert inv.most_ready_at_once == 1
+    assert inv.hook_errors == 0
+    assert inv.selector_changes >= len(result.failovers) + 1  # the first, then one a failover
+
+
+def test_the_slice_follows_a_kill_a_graceful_stop_and_a_switchover(etcd_rig: Bench) -> None:
+    result = run_on(etcd_rig, "etcd", len(KINDS), KINDS)
+    _invariants(result)
+    assert [f.kind for f in result.failovers] == list(KINDS)
+    for failover in result.failovers:
+        _causal(failover)
+        assert failover.detection == "Polled"  # an etcd DCS: no role labels on the Pods
+        # No Pod changes at a switchover here: only the healthy resync (phase-spread, up to
+        # 1.5 periods) brings the sync; after a kill or a stop the degraded resync polls.
+        bound = 1.5 * TIMING.healthy + TIMING.degraded + MARGIN
+        assert failover.slice - failover.promotion < bound, failover
+    assert result.writes["on_non_leader"] == 0
+
+
+@pytest.mark.parametrize("dcs", ["endpoints", "configmaps"])
+def test_a_switchover_on_the_kubernetes_dcs_is_followed_through_the_pod_change(
+    dcs: str,
+    control_plane: ControlPlane,
+    pod_network: None,
+    kube_hook: GunicornHook,
+    tmp_path: Path,
+) -> None:
+    """Patroni's own labels and annotation put the hook in event-driven mode (a 30 s healthy
+    resync); the switchover's Pod change brings the sync that moves the slice, well before the
+    timer. A switchover whose window happens to hold the scheduled resync proves nothing
+    either way, so up to three are tried until one does not (each has a chance of about
+    the window over 30 s)."""
+    assert KUBERNETES_FIRST_IP == 12  # the block tests/test_patroni_kubernetes_dcs.py uses
+    with benchmark_rig(control_plane, dcs, kube_hook, tmp_path) as bench:
+        for _ in range(3):
+            result = run_on(bench, dcs, 1, ["switchover"], writes=False)
+            _invariants(result)
+            (failover,) = result.failovers
+            _causal(failover)
+            assert failover.detection == "RoleLabel", failover
+            assert failover.resync_before is not None and failover.resync_due is not None
+            assert failover.resync_before >= TIMING.degraded
+            if failover.resync_due > failover.slice:
+                break
+        else:
+            pytest.fail("three switchovers in a row each held the scheduled resync")
+        assert failover.slice - failover.trigger < DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS / 2, failover
+        # Back at rest, the condition says why: Patroni's own labels and annotation agree.
+        settle(bench.rig, "RoleLabel")
+        conditions = status_of(bench.rig).get("conditions") or []
+        (condition,) = [c for c in conditions if c["type"] == "SwitchoverDetection"]
+        assert condition["status"] == "True", condition
+        assert condition["reason"] == "RoleLabelsAgree", condition
