@@ -31,8 +31,8 @@ from bench.failover_kube import (
 )
 from controlplane import ControlPlane
 from devcluster import PatroniCluster
-from hooks.config import HookSettings
-from hooks.model import DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS
+from hooks.domain.model import DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS
+from hooks.shell.config import HookSettings
 from standin.gunicorn import GunicornHook
 from standin.harness import rig_hook
 from standin.kube_rig import HOOK_ENV

@@ -35,8 +35,8 @@ from hooks.core.switchover import Detection, DetectionReason, detect
 from hooks.domain.members import MemberStatus
 from hooks.loaders.schemas import load_spec
 from standin.harness import PRIMARY_SELECTOR
-from tests.helpers import loaded_pods
 from standin.kube_setup import OUR_CRD, apply_crds
+from tests.helpers import loaded_pods
 
 SCOPE = "pg-orders"
 FIRST_IP = 12
