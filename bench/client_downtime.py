@@ -61,20 +61,11 @@ LOGIN_RETRY_WAIT = 16.0
 def one_failover(rig: ClientRig, kind: str, window: float) -> tuple[Timeline, list[ClientFigures]]:
     kube = rig.kube
     cluster = kube.cluster
-    old = cluster.leader()
-    if old is None:
+    leader = cluster.leader()
+    if leader is None:
         raise RuntimeError("no leader before the failover")
-    old_ip = cluster.member(old).ip
-    if kind == "switchover":
-        result = cluster.switchover()
-        trigger, election = result.requested_at, result.election
-    else:
-        with cluster.watch_leader(exclude={old}, poll_interval=0.01) as watch:
-            if kind == "graceful":
-                trigger = cluster.stop_member_gracefully(old, wait=False)
-            else:
-                trigger = cluster.kill_member(old)
-            election = watch.result(timeout=90)
+    old_ip = cluster.member(leader).ip
+    old, trigger, election = cluster.fail_over(kind, timeout=90, poll_interval=0.01)
     new_ip = cluster.member(election.name).ip
     slice_moved: float | None
     rules_moved: float | None

@@ -584,16 +584,7 @@ def one_failover(bench: Bench, dcs: str, kind: str) -> KubeFailover:
     if old is None:
         raise RuntimeError("no leader before the failover")
     detection = status_of(rig).get("switchoverDetection")
-    if kind == "switchover":
-        result = cluster.switchover()
-        trigger, election = result.requested_at, result.election
-    else:
-        with cluster.watch_leader(exclude={old}, poll_interval=0.01) as watch:
-            if kind == "graceful":
-                trigger = cluster.stop_member_gracefully(old, wait=False)
-            else:
-                trigger = cluster.kill_member(old)
-            election = watch.result(timeout=FAILOVER_TIMEOUT)
+    _, trigger, election = cluster.fail_over(kind, timeout=FAILOVER_TIMEOUT, poll_interval=0.01)
     new = election.name
     new_ip = rig.leader_ip(new)
     rig.slices.wait_ready((new_ip,), SLICE_TIMEOUT, f"the new leader {new}")

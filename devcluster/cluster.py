@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -53,6 +53,7 @@ from devcluster._runtime import Runtime, cluster_user, resolve_runtime
 from devcluster.address_locks import AddressLocks
 from devcluster.election import (
     LeaderElection,
+    LeaderLoss,
     LeaderWatch,
     MemberStatus,
     SwitchoverResult,
@@ -88,6 +89,7 @@ __all__ = [
     "SCOPE",
     "SUPERUSER",
     "LeaderElection",
+    "LeaderLoss",
     "LeaderWatch",
     "Member",
     "MemberStatus",
@@ -579,6 +581,42 @@ class PatroniCluster:
         """Start polling ``/primary`` on members not in ``exclude``; see :class:`LeaderWatch`."""
         skip = set(exclude)
         return LeaderWatch([m for m in self.members if m.name not in skip], poll_interval)
+
+    def lose_leader(
+        self,
+        how: str,
+        timeout: float,
+        poll_interval: float = 0.025,
+        on_trigger: Callable[[str], None] | None = None,
+    ) -> LeaderLoss:
+        """Stop the leader (``how``: "graceful", SIGTERM, or "kill", SIGKILL) with the other
+        members watched from before the trigger, and wait until Patroni promoted one of them.
+
+        ``on_trigger(old)`` runs right after the trigger, inside the watch (a rig without a
+        kubelet reports the old leader's Pod NotReady there, as a kubelet would).
+        """
+        if how not in ("graceful", "kill"):
+            raise ValueError(f"how must be graceful or kill, not {how!r}")
+        old = self.leader()
+        if old is None:
+            raise RuntimeError("no leader to lose")
+        with self.watch_leader(exclude={old}, poll_interval=poll_interval) as watch:
+            if how == "graceful":
+                trigger = self.stop_member_gracefully(old, wait=False)
+            else:
+                trigger = self.kill_member(old)
+            if on_trigger is not None:
+                on_trigger(old)
+            election = watch.result(timeout=timeout)
+        return LeaderLoss(old, trigger, election)
+
+    def fail_over(self, kind: str, timeout: float, poll_interval: float = 0.025) -> LeaderLoss:
+        """One leader change of ``kind``: "switchover" (Patroni's ``POST /switchover``),
+        "graceful" or "kill" (:meth:`lose_leader`)."""
+        if kind == "switchover":
+            result = self.switchover(timeout=timeout)
+            return LeaderLoss(result.old_leader, result.requested_at, result.election)
+        return self.lose_leader(kind, timeout, poll_interval)
 
     def wait_for_leader(
         self, exclude: Iterable[str] = (), timeout: float = 60.0, poll_interval: float = 0.025

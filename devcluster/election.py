@@ -166,3 +166,13 @@ def member_status(member: Member, timeout: float = 1.0) -> MemberStatus:
         replication_state=body.get("replication_state"),
         timeline=body.get("timeline"),
     )
+
+
+class LeaderLoss(NamedTuple):
+    """What :meth:`PatroniCluster.lose_leader` / :meth:`~PatroniCluster.fail_over` did: the
+    old leader, when it was triggered (``time.monotonic()``), and Patroni's election of the
+    next one."""
+
+    old: str
+    trigger: float
+    election: LeaderElection

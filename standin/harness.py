@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from devcluster import LeaderElection, PatroniCluster
+from devcluster import LeaderLoss, PatroniCluster
 from standin.apply import World
 from standin.gunicorn import GunicornHook, gunicorn_hook
 from standin.loop import MetacontrollerStandIn, SyncRecord, make_pod
@@ -215,15 +215,6 @@ class RoleLabelKeeper:
             self.step()
 
 
-class LeaderLoss(NamedTuple):
-    """What :meth:`Rig.lose_leader` did: the old leader, when (``time.monotonic()``), and
-    Patroni's election of the next one."""
-
-    old: str
-    trigger: float
-    election: LeaderElection
-
-
 @dataclass
 class Rig:
     """A running stand-in driving the hook for the local cluster."""
@@ -267,22 +258,12 @@ class Rig:
         self.standin.update_pods(pods)
 
     def lose_leader(self, how: str, timeout: float, poll_interval: float = 0.025) -> LeaderLoss:
-        """Stop the leader (``how``: "graceful" or "kill", SIGKILL) the way a failover test
-        or benchmark does: watch the other members first, report the Pod NotReady as the
-        kubelet would, and wait until Patroni promoted one of them."""
-        if how not in ("graceful", "kill"):
-            raise ValueError(f"how must be graceful or kill, not {how!r}")
-        old = self.cluster.leader()
-        if old is None:
-            raise RuntimeError("no leader to lose")
-        with self.cluster.watch_leader(exclude={old}, poll_interval=poll_interval) as watch:
-            if how == "graceful":
-                trigger = self.cluster.stop_member_gracefully(old, wait=False)
-            else:
-                trigger = self.cluster.kill_member(old)
-            self.pod_changed(old, ready=False)
-            election = watch.result(timeout=timeout)
-        return LeaderLoss(old, trigger, election)
+        """Stop the leader (``how``: "graceful" or "kill") as a failover test or benchmark
+        does (:meth:`PatroniCluster.lose_leader`), reporting its Pod NotReady as the kubelet
+        would right after the trigger."""
+        return self.cluster.lose_leader(
+            how, timeout, poll_interval, on_trigger=lambda old: self.pod_changed(old, ready=False)
+        )
 
     def wait_selected(self, pod: str, timeout: float, *, after: int = 0) -> SyncRecord:
         """Wait until a sync has pointed the Service at ``pod``; return that sync's record."""
