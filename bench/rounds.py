@@ -49,7 +49,7 @@ from typing import Any
 from bench.fakepatroni import HUNG, LEADER, REPLICA, fake_members
 from hooks.domain.members import MemberStatus, ProbeTarget
 from hooks.shell.config import PatroniTLS
-from tests.patroni_wire import patroni_body, response_head
+from tests.patroni_wire import patroni_body, read_request_head, response_head
 
 #: First loopback address of the TLS members (bench.fakepatroni's start at 127.0.0.40).
 TLS_FIRST_HOST = 50
@@ -101,13 +101,8 @@ def _serve_tls(
             raw: socket.socket = self.request
             raw.settimeout(2.0)
             with suppress(OSError), context.wrap_socket(raw, server_side=True) as conn:
-                data = b""
-                while b"\r\n\r\n" not in data and len(data) < 16384:
-                    chunk = conn.recv(4096)
-                    if not chunk:
-                        return
-                    data += chunk
-                conn.sendall(answer)
+                if read_request_head(conn) is not None:
+                    conn.sendall(answer)
 
     class Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
         daemon_threads = True

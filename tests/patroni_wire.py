@@ -92,6 +92,18 @@ def response_head(status: int, extra: Sequence[tuple[str, str]] = ()) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
+def read_request_head(conn: Any, limit: int = 16384) -> bytes | None:
+    """A request's head from ``conn`` (a socket or TLS socket), up to its blank line or
+    ``limit`` bytes; ``None`` when the client closed before it was complete."""
+    data = b""
+    while b"\r\n\r\n" not in data and len(data) < limit:
+        chunk = conn.recv(4096)
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
 def response(status: int, document: object) -> bytes:
     """A whole answer: :func:`response_head` and ``document`` as JSON."""
     return response_head(status) + json.dumps(document).encode()

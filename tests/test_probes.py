@@ -28,7 +28,7 @@ from hooks.domain.members import MemberStatus, ProbeTarget, ProbeVerdict
 from hooks.patroni import PatroniProber
 from tests import fakes
 from tests.fakes import Behaviour, FakeMember, FullBacklog
-from tests.patroni_wire import patroni_body
+from tests.patroni_wire import patroni_body, read_request_head
 
 DEADLINE = 0.5
 #: probe() may overrun its deadline by scheduling noise only, never by a member's delay.
@@ -545,13 +545,7 @@ def _record_requests(
             return
         with conn, suppress(OSError):
             conn.settimeout(5.0)
-            head = b""
-            while b"\r\n\r\n" not in head and len(head) < 65536:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    break
-                head += chunk
-            heads.append(head)
+            heads.append(read_request_head(conn, limit=65536) or b"")
             conn.sendall(answer)
 
 

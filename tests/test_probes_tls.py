@@ -31,7 +31,7 @@ from hooks.domain.members import ProbeTarget, ProbeVerdict
 from hooks.patroni import PatroniProber
 from hooks.shell.config import HookSettings, PatroniTLS
 from tests.certs import Pair, TestCA
-from tests.patroni_wire import patroni_body, response_head
+from tests.patroni_wire import patroni_body, read_request_head, response_head
 
 LEADER_REASON = "HTTP 200 on /primary: primary, running"
 UNTRUSTED = "TLS: certificate not signed by a trusted CA (PGFH_PATRONI_CA_FILE)"
@@ -79,13 +79,8 @@ class TLSMember:
                 with context.wrap_socket(raw, server_side=True) as conn:
                     with lock:
                         member.handshakes += 1
-                    data = b""
-                    while b"\r\n\r\n" not in data and len(data) < 16384:
-                        chunk = conn.recv(4096)
-                        if not chunk:
-                            return
-                        data += chunk
-                    conn.sendall(answer)
+                    if read_request_head(conn) is not None:
+                        conn.sendall(answer)
 
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         server_class = type("Server", (_Server,), {"address_family": family})
