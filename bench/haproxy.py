@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,17 +72,7 @@ def running_haproxy(
     )
     server.start()
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            code = server.exited()
-            if code is not None:
-                raise server.failure(f"exited with code {code}")
-            probe = netns.run("bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}", timeout=5)
-            if probe.returncode == 0:
-                break
-            if time.monotonic() > deadline:
-                raise server.failure(f"accepted no connection within {timeout:.0f} s")
-            time.sleep(0.2)
+        server.wait_until(lambda: netns.tcp_refusal(port), timeout, f"accepting on port {port}")
         yield HAProxy(port, server)
     finally:
         server.stop()

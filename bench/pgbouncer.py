@@ -26,7 +26,6 @@ import contextlib
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,22 +112,10 @@ def running_pgbouncer(
     )
     server.start()
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            code = server.exited()
-            if code is not None:
-                raise ControlPlaneError(
-                    f"PgBouncer ({profile}) exited with code {code}: see {work / 'pgbouncer.log'}"
-                )
-            probe = netns.run("bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}", timeout=5)
-            if probe.returncode == 0:
-                break
-            if time.monotonic() > deadline:
-                raise ControlPlaneError(
-                    f"PgBouncer ({profile}) accepted no connection within {timeout:.0f} s: "
-                    f"see {work / 'pgbouncer.log'}"
-                )
-            time.sleep(0.2)
+        try:
+            server.wait_until(lambda: netns.tcp_refusal(port), timeout, f"accepting on port {port}")
+        except ControlPlaneError as error:  # its own log says why (stdout holds little)
+            raise ControlPlaneError(f"{error}; see {work / 'pgbouncer.log'}") from None
         yield PgBouncer(profile, port, server, work)
     finally:
         server.stop()

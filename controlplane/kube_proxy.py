@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -40,7 +39,7 @@ from controlplane.kubeconfig import write_kubeconfig
 from controlplane.netns import HOST_LOOPBACK_FROM_INSIDE, ClientNetns
 from controlplane.podnet import POD_NETWORK
 from controlplane.rest import KubeRest
-from controlplane.servers import ControlPlane, Server
+from controlplane.servers import ControlPlane, Server, http_refusal
 
 HEALTHZ_PORT = 10256
 METRICS_PORT = 10249
@@ -134,25 +133,10 @@ def give_node_an_address(plane: ControlPlane, node: str, address: str) -> None:
 
 
 def _wait_healthy(proxy: KubeProxy, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    last = "no answer yet"
-    while time.monotonic() < deadline:
-        code = proxy.server.exited()
-        if code is not None:
-            raise proxy.server.failure(f"({proxy.mode} mode) exited with code {code}")
-        try:
-            with urllib.request.urlopen(proxy.healthz_url, timeout=2) as response:
-                if response.status == 200:
-                    return
-                last = f"HTTP {response.status}"
-        except urllib.error.HTTPError as error:
-            last = f"HTTP {error.code}"
-        except OSError as error:
-            last = str(error)
-        time.sleep(0.2)
-    raise proxy.server.failure(
-        f"({proxy.mode} mode) was not healthy within {timeout:.0f} s at {proxy.healthz_url} "
-        f"(last: {last})"
+    proxy.server.wait_until(
+        lambda: http_refusal(proxy.healthz_url),
+        timeout,
+        f"healthy ({proxy.mode} mode) at {proxy.healthz_url}",
     )
 
 

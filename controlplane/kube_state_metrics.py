@@ -9,14 +9,13 @@ must serve ``/metrics`` within the timeout or the start fails naming its log.
 from __future__ import annotations
 
 import contextlib
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from controlplane.servers import ControlPlane, Server, free_port
+from controlplane.servers import ControlPlane, Server, free_port, http_refusal
 
 
 @dataclass(frozen=True)
@@ -51,18 +50,9 @@ def running_kube_state_metrics(
     server.start()
     running = KubeStateMetrics(f"http://127.0.0.1:{port}", server)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            code = server.exited()
-            if code is not None:
-                raise server.failure(f"exited with code {code}")
-            try:
-                running.metrics()
-                break
-            except (urllib.error.URLError, OSError):
-                if time.monotonic() > deadline:
-                    raise server.failure(f"served no /metrics within {timeout:.0f} s") from None
-                time.sleep(0.2)
+        server.wait_until(
+            lambda: http_refusal(f"{running.url}/metrics"), timeout, "serving /metrics"
+        )
         yield running
     finally:
         server.stop()

@@ -80,6 +80,12 @@ class ClientNetns:
             self.command(*argv), capture_output=True, text=True, timeout=timeout, check=False
         )
 
+    def tcp_refusal(self, port: int) -> str | None:
+        """``None`` when something in the namespace accepts a connection on
+        ``127.0.0.1:port``, else why not (for :meth:`Server.wait_until`)."""
+        probe = self.run("bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}", timeout=5)
+        return None if probe.returncode == 0 else (probe.stderr.strip() or "refused")
+
     def ruleset(self) -> str:
         """The namespace's whole nftables ruleset (what kube-proxy wrote)."""
         return self.run("nft", "list", "ruleset").stdout

@@ -145,6 +145,33 @@ class Server:
             f"{self.name} {what}: {_cause_from_log(self.log)} (log: {self.log})"
         )
 
+    def wait_until(self, not_ready: Callable[[], str | None], timeout: float, what: str) -> None:
+        """Poll ``not_ready`` (``None`` once ready, else why not) every 0.2 s; raise naming
+        this server, its log and the last answer when it exits first or ``timeout`` passes.
+        ``what``: the readiness waited for, e.g. "ready at https://.../readyz"."""
+        deadline = time.monotonic() + timeout
+        while True:
+            code = self.exited()
+            if code is not None:
+                raise self.failure(f"exited with code {code} before it was {what}")
+            last = not_ready()
+            if last is None:
+                return
+            if time.monotonic() >= deadline:
+                raise self.failure(f"was not {what} within {timeout:.0f} s (last: {last})")
+            time.sleep(0.2)
+
+
+def http_refusal(url: str, context: ssl.SSLContext | None = None) -> str | None:
+    """``None`` when ``url`` answers 200, else what it answered (for :meth:`Server.wait_until`)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5, context=context) as response:
+            return None if response.status == 200 else f"HTTP {response.status}"
+    except urllib.error.HTTPError as error:
+        return f"HTTP {error.code}"
+    except (OSError, ssl.SSLError) as error:
+        return str(error)
+
 
 @dataclass
 class ApiserverOutage:
@@ -291,23 +318,7 @@ class ControlPlane:
 
 
 def _wait_http_ok(server: Server, url: str, context: ssl.SSLContext | None, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    last = "no answer yet"
-    while time.monotonic() < deadline:
-        code = server.exited()
-        if code is not None:
-            raise server.failure(f"exited with code {code} before it was ready")
-        try:
-            with urllib.request.urlopen(url, timeout=5, context=context) as response:
-                if response.status == 200:
-                    return
-                last = f"HTTP {response.status}"
-        except urllib.error.HTTPError as error:
-            last = f"HTTP {error.code}"
-        except (OSError, ssl.SSLError) as error:
-            last = str(error)
-        time.sleep(0.2)
-    raise server.failure(f"was not ready within {timeout:.0f} s at {url} (last: {last})")
+    server.wait_until(lambda: http_refusal(url, context), timeout, f"ready at {url}")
 
 
 def start_control_plane(
