@@ -93,10 +93,18 @@ def healthy_patroni_cluster(
 ) -> Iterator[PatroniCluster]:
     """The session cluster with all members up, one leader and the others streaming; the
     test fails at teardown if it left the cluster beyond repair (:func:`repair_after`)."""
+    yield from kept_healthy(patroni_cluster, request)
+
+
+def kept_healthy(
+    cluster: PatroniCluster, request: pytest.FixtureRequest
+) -> Iterator[PatroniCluster]:
+    """The body of a fixture that hands a test ``cluster`` healthy and repairs it after,
+    failing the test that left it beyond repair (any module's own cluster, too)."""
     # Every earlier user repaired it at its own teardown: this only waits for the replicas.
-    patroni_cluster.ensure_healthy(timeout=REPAIR_TIMEOUT)
-    yield patroni_cluster
-    problem = repair_after(patroni_cluster, request.node.nodeid)
+    cluster.ensure_healthy(timeout=REPAIR_TIMEOUT)
+    yield cluster
+    problem = repair_after(cluster, request.node.nodeid)
     if problem is not None:
         pytest.fail(problem, pytrace=False)
 

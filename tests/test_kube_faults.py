@@ -79,7 +79,7 @@ from tests.kube_faults import (
     wait_status,
     witnesses,
 )
-from tests.patroni_fixtures import REPAIR_TIMEOUT, RESTART_TIMEOUT, repair_after
+from tests.patroni_fixtures import RESTART_TIMEOUT, kept_healthy
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.kube, pytest.mark.slow]
 
@@ -125,11 +125,7 @@ def fault_cluster(
 ) -> Iterator[PatroniCluster]:
     """That cluster healthy (every member up, one leader, the others streaming); repaired
     after the test, which fails if it left the cluster beyond repair."""
-    fault_members.ensure_healthy(timeout=REPAIR_TIMEOUT)
-    yield fault_members
-    problem = repair_after(fault_members, request.node.nodeid)
-    if problem is not None:
-        pytest.fail(problem, pytrace=False)
+    yield from kept_healthy(fault_members, request)
 
 
 @pytest.fixture(scope="module")
