@@ -62,6 +62,7 @@ from controlplane.podnet import pod_ip
 from controlplane.rest import KubeRest, resource_path
 from hooks.shell.app import create_app
 from hooks.shell.config import HookSettings
+from standin.kube_setup import apply_crds
 from tests.child_helpers import MIB, READ_ONLY, answer
 from tests.helpers import NO_AUTH, FakeProber
 from tests.test_kubectl_plugin import MC_NAME, MC_NS, metacontroller_deployment
@@ -434,16 +435,11 @@ def _apply(cp: ControlPlane, *files: Path) -> None:
 
 @pytest.fixture(scope="module")
 def world(plane: ControlPlane, pod_network: None) -> Iterator[World]:
-    _apply(plane, ROOT / "tests/data/metacontroller-crds-v1.yaml", ROOT / "metacontroller/crd.yaml")
-    plane.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/postgresqlclusters.adg.io",
-        "crd/compositecontrollers.metacontroller.k8s.io",
-    )
-    _apply(plane, ROOT / "metacontroller/compositecontroller.yaml")
     rest = KubeRest.from_kubeconfig(plane.admin_kubeconfig)
+    # Polled through the API: `kubectl wait` fails outright on a CRD created so recently
+    # that it has no status.conditions yet ("accessor error: <nil>"), seen in a full run.
+    apply_crds(rest, timeout=60)
+    _apply(plane, ROOT / "metacontroller/compositecontroller.yaml")
     members: dict[str, Member] = {}
     stack = contextlib.ExitStack()
     try:
