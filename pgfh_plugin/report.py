@@ -27,6 +27,8 @@ from typing import Any
 
 from hooks.domain.members import MemberStatus
 from hooks.domain.model import ReplicaServiceSpec, field_default
+from hooks.domain.observed import PreviousMember
+from hooks.loaders.observed import load_previous_status
 
 LEADER_ROLES = ("primary", "master", "standby_leader")
 
@@ -57,17 +59,16 @@ def build(
     members: list[dict[str, Any]] = []
     status_members = status.get("members")
     seen: set[str] = set()
-    for entry in _list(status_members):
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            continue
-        name = entry["name"]
-        seen.add(name)
+    for entry in load_previous_status(status).members:
+        seen.add(entry.name)
         members.append(
-            _member(name, entry, pods_by_name.get(name), primary, within, measured, in_status=True)
+            _member(entry, pods_by_name.get(entry.name), primary, within, measured, in_status=True)
         )
     for name in sorted(set(pods_by_name) - seen):
         members.append(
-            _member(name, {}, pods_by_name[name], primary, within, measured, in_status=False)
+            _member(
+                PreviousMember(name), pods_by_name[name], primary, within, measured, in_status=False
+            )
         )
     members.sort(key=lambda m: str(m["name"]))
 
@@ -93,8 +94,7 @@ def build(
 
 
 def _member(
-    name: str,
-    entry: Mapping[str, Any],
+    entry: PreviousMember,
     pod: Mapping[str, Any] | None,
     primary: str | None,
     within: tuple[int, frozenset[str]] | None,
@@ -102,8 +102,7 @@ def _member(
     *,
     in_status: bool,
 ) -> dict[str, Any]:
-    role = _str(entry.get("role"))
-    reachable = entry.get("reachable") if isinstance(entry.get("reachable"), bool) else None
+    name, role = entry.name, entry.role
     lag: dict[str, Any] = {"bytes": None, "withinBytes": None, "source": None}
     if measured is not None:
         lag = measured.get(name) or {**lag, "error": "not asked: no Pod IP"}
@@ -115,10 +114,10 @@ def _member(
         "name": name,
         "primary": name == primary,
         "role": role,
-        "state": _str(entry.get("state")),
-        "timeline": entry.get("timeline") if isinstance(entry.get("timeline"), int) else None,
-        "reachable": reachable,
-        "reason": _str(entry.get("reason")),
+        "state": entry.state,
+        "timeline": entry.timeline,
+        "reachable": entry.reachable,
+        "reason": entry.reason,
         "lag": lag,
         "inStatus": in_status,
         "pod": _pod(pod),

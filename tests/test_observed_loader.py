@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from hooks.domain.model import LAST_APPLIED_ANNOTATION
-from hooks.domain.observed import CronJobChild, ServiceChild, SliceChild
+from hooks.domain.observed import CronJobChild, PreviousMember, ServiceChild, SliceChild
 from hooks.loaders.observed import load_child, load_jobs, load_pod, load_previous_status
 
 
@@ -105,3 +105,51 @@ def test_a_previous_condition_without_a_text_status_is_not_kept() -> None:
 def test_a_previous_backup_cronjob_that_is_not_text_is_none() -> None:
     assert load_previous_status({"backup": {"cronJob": 5}}).backup.cron_job is None
     assert load_previous_status({"backup": {"cronJob": "c"}}).backup.cron_job == "c"
+
+
+def test_previous_members_keep_their_order_and_each_typed_field() -> None:
+    status = {
+        "members": [
+            {"name": "pg-1", "reachable": True, "role": "primary"}
+            | {"state": "running", "timeline": 4},
+            {"name": "pg-0", "reachable": False, "reason": "connection refused"},
+        ]
+    }
+    assert load_previous_status(status).members == (
+        PreviousMember("pg-1", reachable=True, role="primary", state="running", timeline=4),
+        PreviousMember("pg-0", reachable=False, reason="connection refused"),
+    )
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [
+        {"reachable": "yes"},
+        {"reachable": 1},
+        {"role": 7},
+        {"role": ""},
+        {"state": ["running"]},
+        {"state": ""},
+        {"timeline": True},
+        {"timeline": "4"},
+        {"timeline": 4.0},
+        {"reason": {"why": "x"}},
+        {"reason": ""},
+    ],
+)
+def test_a_previous_member_field_of_the_wrong_type_is_none(junk: dict[str, Any]) -> None:
+    (member,) = load_previous_status({"members": [{"name": "pg-0", **junk}]}).members
+    assert member == PreviousMember("pg-0")
+
+
+@pytest.mark.parametrize(
+    "members",
+    [None, "pg-0", {"name": "pg-0"}, [None, 3, "pg-0", {"name": 5}, {"role": "primary"}]],
+)
+def test_previous_members_without_a_text_name_are_left_out(members: object) -> None:
+    assert load_previous_status({"members": members}).members == ()
+
+
+def test_no_previous_status_has_no_members() -> None:
+    assert load_previous_status(None).members == ()
+    assert load_previous_status([{"name": "pg-0"}]).members == ()

@@ -187,10 +187,31 @@ class PreviousBackup:
 
 
 @dataclass(frozen=True, slots=True)
+class PreviousMember:
+    """An entry of ``status.members`` that has a string ``name``, as the last reply wrote it.
+
+    The hook never decides from it (each sync probes the members again); it is what
+    ``kubectl pgfh status`` shows between syncs. Free input like the rest of the status:
+    ``reachable`` is ``None`` unless a boolean, the texts unless non-empty strings, the
+    ``timeline`` unless an integer.
+    """
+
+    name: str
+    reachable: bool | None = None
+    role: str | None = None
+    state: str | None = None
+    timeline: int | None = None
+    #: Why the member did not answer as Patroni (the reply writes it only then).
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PreviousStatus:
     """The parent's ``status`` as the last reply (or anyone) wrote it."""
 
     conditions: tuple[PreviousCondition, ...] = ()
+    #: ``status.members`` in their order.
+    members: tuple[PreviousMember, ...] = ()
     #: ``status.timeline`` when it is an integer.
     timeline: int | None = None
     backup: PreviousBackup = field(default_factory=PreviousBackup)

@@ -44,6 +44,7 @@ from hooks.domain.observed import (
     Pod,
     PreviousBackup,
     PreviousCondition,
+    PreviousMember,
     PreviousStatus,
     ServiceChild,
     SliceChild,
@@ -376,11 +377,17 @@ def load_previous_status(status: object) -> PreviousStatus:
         for c in (entries if isinstance(entries, list) else [])
         if isinstance(c, Mapping) and isinstance(c.get("type"), str)
     )
+    members = status.get("members")
     return PreviousStatus(
         conditions=conditions,
+        members=tuple(
+            _previous_member(m)
+            for m in (members if isinstance(members, list) else [])
+            if isinstance(m, Mapping) and isinstance(m.get("name"), str)
+        ),
         by_type=MappingProxyType({c.type: c for c in conditions}),
         ready=next((c for c in conditions if c.type == "Ready"), None),
-        timeline=timeline if isinstance(timeline, int) and not isinstance(timeline, bool) else None,
+        timeline=_integer(timeline),
         backup=_previous_backup(status.get("backup")),
         raw=MappingProxyType(status),
     )
@@ -403,6 +410,27 @@ def _previous_condition(observed: Mapping[str, Any]) -> PreviousCondition:
         last_transition_time=transition if isinstance(transition, str) and transition else None,
         condition=kept,
     )
+
+
+def _previous_member(entry: Mapping[str, Any]) -> PreviousMember:
+    reachable = entry.get("reachable")
+    return PreviousMember(
+        name=entry["name"],
+        reachable=reachable if isinstance(reachable, bool) else None,
+        role=_text(entry.get("role")),
+        state=_text(entry.get("state")),
+        timeline=_integer(entry.get("timeline")),
+        reason=_text(entry.get("reason")),
+    )
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _integer(value: object) -> int | None:
+    """An integer, never a boolean (JSON's ``true`` is not a timeline)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _previous_backup(value: object) -> PreviousBackup:
