@@ -99,11 +99,15 @@ def _client(
     max_requests: int,
     credentials: dict[str, str],
     pipe: multiprocessing.connection.Connection,
+    rate: float | None = None,
 ) -> None:
     """The load generator process: ``concurrency`` keep-alive clients for ``duration`` s.
 
     ``credentials``: the headers that authenticate to the hook (its bearer token), sent
     on every request as Metacontroller does (also to the open /healthz: same work).
+    ``rate``: requests per second of all clients together, paced (each client sends on its
+    own schedule, phases spread; a client that falls behind sends at once and does not
+    catch up), the way a fleet's resyncs arrive; ``None``: as fast as replies come back.
     """
     headers = {**HEADERS, **credentials}
     parts = urlsplit(url)
@@ -122,9 +126,16 @@ def _client(
         problem = check_sync_reply(status, data, leader)
         return OK if problem is None else f"WRONG 200: {problem}"
 
-    def run(records: list[Record]) -> None:
+    def run(index: int, records: list[Record]) -> None:
         conn: http.client.HTTPConnection | None = None
+        interval = concurrency / rate if rate else 0.0
+        next_at = started + interval * index / concurrency
         while time.monotonic() < ends_at:
+            if rate:
+                time.sleep(max(0.0, next_at - time.monotonic()))
+                next_at = max(next_at + interval, time.monotonic())
+                if time.monotonic() >= ends_at:
+                    break
             with budget_lock:
                 if next(budget, None) is None:
                     break
@@ -151,7 +162,7 @@ def _client(
     before = os.times()
     pipe.send(("started", started))
     threads = [
-        threading.Thread(target=run, args=(results[i],), daemon=True) for i in range(concurrency)
+        threading.Thread(target=run, args=(i, results[i]), daemon=True) for i in range(concurrency)
     ]
     for thread in threads:
         thread.start()
@@ -221,6 +232,7 @@ def run_load(
     members: FakeMembers | None = None,
     max_requests: int = 2_000_000,
     profile: Path | None = None,
+    rate: float | None = None,
 ) -> RunReport:
     """Drive ``hook`` from a separate client process; SIGKILL a worker at ``kill_at`` s."""
     context = multiprocessing.get_context("spawn")
@@ -238,6 +250,7 @@ def run_load(
             max_requests,
             hook.headers,
             child,
+            rate,
         ),
         name="load-client",
         daemon=True,
@@ -452,6 +465,7 @@ def measure(
     kill: bool = True,
     warmup: float = 1.0,
     profile: Path | None = None,
+    rate: float | None = None,
 ) -> LoadResult:
     with (
         tempfile.TemporaryDirectory(prefix="pgfh-load-") as tmp,
@@ -480,6 +494,7 @@ def measure(
             duration=healthz_duration,
             warmup=warmup,
             members=fakes,
+            rate=rate,
         )
         sync = run_load(
             hook,
@@ -494,6 +509,7 @@ def measure(
             kill_at=duration / 2 if kill else None,
             members=fakes,
             profile=profile,
+            rate=rate,
         )
         memory_after = pod_memory(hook.process.pid)
     return LoadResult(sync, healthz, memory_warm, memory_after, workers, threads, len(body))
@@ -556,6 +572,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=int(os.environ.get("GUNICORN_WORKERS", 2)))
     parser.add_argument("--threads", type=int, default=int(os.environ.get("GUNICORN_THREADS", 16)))
     parser.add_argument("--no-kill", action="store_true", help="do not kill a worker")
+    parser.add_argument(
+        "--rate", type=float, help="paced: requests/s of all clients together (default: flat out)"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
         "--profile", type=Path, help="py-spy the workers during the sync run (raw output file)"
@@ -563,6 +582,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 1 <= args.duration <= 600 or not 1 <= args.healthz_duration <= 600:
         parser.error("durations must be between 1 and 600 s")
+    if args.rate is not None and not 1 <= args.rate <= 10_000:
+        parser.error("--rate must be between 1 and 10000 requests/s")
     result = measure(
         duration=args.duration,
         healthz_duration=args.healthz_duration,
@@ -571,6 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         threads=args.threads,
         kill=not args.no_kill,
         profile=args.profile,
+        rate=args.rate,
     )
     print(report(result))
     if args.profile:
