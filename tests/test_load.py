@@ -53,6 +53,23 @@ def test_a_short_load_run_with_a_killed_worker_never_gives_a_wrong_200() -> None
     assert "| POST /sync (3 members) |" in report(result)
 
 
+def test_a_paced_run_sends_no_more_than_its_schedule() -> None:
+    # An upper bound only (a slow machine sends fewer): flat out, 4 clients send hundreds
+    # a second; paced at 20/s they may send at most one per client per 0.2 s of the run.
+    rate, duration, concurrency = 20.0, 3.0, 4
+    result = measure(
+        duration=duration,
+        healthz_duration=1.0,
+        concurrency=concurrency,
+        warmup=0.5,
+        kill=False,
+        rate=rate,
+    )
+    for run in (result.healthz, result.sync):
+        assert 0 < run.requests <= rate * run.duration + concurrency, run
+    assert result.sync.outcomes == {OK: result.sync.requests}, result.sync.outcomes
+
+
 def test_a_request_with_500_pods_is_answered_under_gunicorn(tmp_path: Path) -> None:
     body = many_pods(500)
     closed = free_port()  # every member refuses at once: no traffic leaves loopback
