@@ -155,7 +155,7 @@ bench: $(STAMP) ## measure failovers against the real cluster (python -m bench.f
 # is started afresh so that nothing of an earlier tree survives in it.
 MUTATION_CHILDREN ?= 2
 
-mutation: $(STAMP) ## mutation-test the pure core (mutmut; about 17 minutes)
+mutation: $(STAMP) ## mutation-test the pure core (mutmut; about 19 minutes)
 	rm -rf mutants
 	$(BIN)/python -m bench.mutation_score --run --max-children $(MUTATION_CHILDREN) --fail-under 95
 
