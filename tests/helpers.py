@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -587,3 +588,11 @@ def many_pods(count: int) -> dict[str, Any]:
         pods[name] = pod
     body["related"]["Pod.v1"] = pods
     return body
+
+
+def heading_anchor(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading: lower case, code ticks, emphasis stars and link
+    targets dropped, other punctuation but '-' and '_' dropped, spaces to '-'
+    (``(`client_downtime.py`)`` → ``client_downtimepy``: GitHub keeps the underscore)."""
+    text = re.sub(r"[`*]|\[|\]\([^)]*\)", "", heading.strip()).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")

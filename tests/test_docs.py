@@ -37,6 +37,7 @@ from pathlib import Path
 import yaml
 
 from hooks.shell.config import HookSettings
+from tests.helpers import heading_anchor
 from tests.test_troubleshooting import emitted, printer_columns
 
 REPO = Path(__file__).resolve().parent.parent
@@ -391,12 +392,6 @@ def test_the_column_explanations_name_every_printer_column() -> None:
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 
 
-def slug(heading: str) -> str:
-    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to '-'."""
-    text = re.sub(r"[`*_]|\[|\]\([^)]*\)", "", heading.strip()).lower()
-    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
-
-
 @cache
 def anchors(path: Path) -> frozenset[str]:
     found: set[str] = set()
@@ -405,7 +400,7 @@ def anchors(path: Path) -> frozenset[str]:
         if line.startswith("```"):
             in_code = not in_code
         elif not in_code and (match := re.match(r"^#{1,6} (.+)$", line)):
-            base = slug(match.group(1))
+            base = heading_anchor(match.group(1))
             name, n = base, 1
             while name in found:
                 name, n = f"{base}-{n}", n + 1

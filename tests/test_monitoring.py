@@ -44,7 +44,7 @@ from hooks.domain.members import MemberStatus
 from hooks.shell import metrics
 from hooks.shell.app import create_app
 from hooks.shell.config import HookSettings
-from tests.helpers import NO_AUTH, leader, make_service, replica, sync_body
+from tests.helpers import NO_AUTH, heading_anchor, leader, make_service, replica, sync_body
 from tests.patroni_wire import patroni_body
 
 REPO = Path(__file__).resolve().parents[1]
@@ -594,7 +594,7 @@ def test_every_alert_fires_and_stays_silent_in_the_unit_tests() -> None:
 def test_every_alert_is_annotated_as_kube_prometheus_does() -> None:
     runbook = RUNBOOK.read_text()
     anchors = {
-        github_anchor(line.lstrip("#").strip())
+        heading_anchor(line.lstrip("#").strip())
         for line in runbook.splitlines()
         if line.startswith("## ")
     }
@@ -614,12 +614,6 @@ def test_every_alert_is_annotated_as_kube_prometheus_does() -> None:
             ), alert["alert"]
 
 
-def github_anchor(title: str) -> str:
-    """The anchor GitHub gives a Markdown heading."""
-    slug = re.sub(r"[^\w\- ]", "", title.strip().lower())
-    return slug.replace(" ", "-")
-
-
 def test_runbook_links_resolve() -> None:
     """Every relative link of the runbook names an existing doc and, if any, heading."""
     text = RUNBOOK.read_text()
@@ -630,7 +624,7 @@ def test_runbook_links_resolve() -> None:
         assert doc.is_file(), f"docs/runbook.md links to {target}, which does not exist"
         if anchor:
             headings = {
-                github_anchor(line.lstrip("#").strip())
+                heading_anchor(line.lstrip("#").strip())
                 for line in doc.read_text().splitlines()
                 if re.match(r"#{1,6} ", line)
             }
