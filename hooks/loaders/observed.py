@@ -189,8 +189,8 @@ def _container_ports(spec: Mapping[str, Any]) -> dict[str, int]:
         container_ports = container.get("ports") if isinstance(container, Mapping) else None
         for port in container_ports if isinstance(container_ports, list) else []:
             if isinstance(port, Mapping) and isinstance(port.get("name"), str):
-                number = port.get("containerPort")
-                if isinstance(number, int) and not isinstance(number, bool):
+                number = _integer(port.get("containerPort"))
+                if number is not None:
                     declared.setdefault(port["name"], number)
     return declared
 
