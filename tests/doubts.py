@@ -55,6 +55,13 @@ def _unlabelled(name: str) -> dict[str, Any]:
     return pod
 
 
+def _impostor(
+    name: str, labels: Mapping[str, str], ip: str | None = "10.244.9.10"
+) -> dict[str, Any]:
+    """A Pod that is no member but carries labels of one (``kubectl debug --copy-to``)."""
+    return make_pod(name, ip, labels=labels)
+
+
 DOUBTS = [
     Doubt(
         "no leader: every member answers 503",
@@ -152,6 +159,37 @@ DOUBTS = [
         },
         Decision.MEMBER_NAME_MISMATCH,
         "Pod pg-orders-1's IP answers as Patroni member 'pg-other-7'",
+    ),
+    Doubt(
+        "another pod carries the leader's pod-name label (an impostor)",
+        healthy(P1),
+        Decision.SELECTOR_NOT_UNIQUE,
+        "pg-orders-debug carries statefulset.kubernetes.io/pod-name=pg-orders-1",
+        pods=[*_pods(), _impostor("pg-orders-debug", {**SELECTOR, POD_NAME_LABEL: P1})],
+    ),
+    Doubt(
+        "an impostor with no Pod IP yet is still one the selector would match",
+        healthy(P1),
+        Decision.SELECTOR_NOT_UNIQUE,
+        "pg-orders-debug carries statefulset.kubernetes.io/pod-name=pg-orders-1",
+        pods=[*_pods(), _impostor("pg-orders-debug", {**SELECTOR, POD_NAME_LABEL: P1}, None)],
+    ),
+    Doubt(
+        "a pod with the leader's pod-name label but not the primarySelector labels",
+        healthy(P1),
+        Decision.SELECTOR_NOT_UNIQUE,
+        "pg-orders-x carries statefulset.kubernetes.io/pod-name=pg-orders-1",
+        pods=[*_pods(), _impostor("pg-orders-x", {POD_NAME_LABEL: P1})],
+    ),
+    Doubt(
+        "a member whose pod-name label names the leader, and a copy: both named",
+        healthy(P1),
+        Decision.SELECTOR_NOT_UNIQUE,
+        "Pods pg-orders-0, pg-orders-1-copy carry statefulset.kubernetes.io/pod-name=pg-orders-1",
+        pods=[
+            *_pods(pg_orders_0={"labels": {**SELECTOR, POD_NAME_LABEL: P1}}),
+            _impostor("pg-orders-1-copy", {**SELECTOR, POD_NAME_LABEL: P1}),
+        ],
     ),
     Doubt(
         "no pods at all",

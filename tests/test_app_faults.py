@@ -12,6 +12,7 @@ deadline plus a small margin.
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -160,6 +161,19 @@ def _terminating(body: dict[str, Any]) -> None:
     metadata["deletionGracePeriodSeconds"] = 30
 
 
+def _impostor(body: dict[str, Any]) -> None:
+    """A forged Pod: a copy of the leader's (labels included) under another name, as
+    ``kubectl debug --copy-to pg-orders-1-debug --keep-labels`` makes. It needs no fake
+    Patroni: its IP answers nothing."""
+    pods = body["related"]["Pod.v1"]
+    forged = copy.deepcopy(pods["pg-orders-1"])
+    forged["metadata"]["name"] = "pg-orders-1-debug"
+    forged["metadata"]["uid"] = "0d9b3c1e-0000-4000-8000-00000000dead"
+    forged["status"]["podIP"] = "127.0.0.99"
+    forged["status"]["podIPs"] = [{"ip": "127.0.0.99"}]
+    pods["pg-orders-1-debug"] = forged
+
+
 LATE = f"no answer within the {DEADLINE:g} s probe deadline"
 ELSEWHERE = "redirect target, filled in by the test"
 
@@ -202,6 +216,14 @@ CASES: dict[str, Case] = {
     "two-claimants": Case((L, L, R), "MultipleLeaders", KEPT, says=("pg-orders-0, pg-orders-1",)),
     "all-refused": Case((fakes.REFUSED,) * 3, "NoLeader", KEPT, says=("0 of 3 answered",)),
     "all-hung": Case((fakes.HUNG,) * 3, "NoLeader", KEPT, says=("0 of 3 answered",)),
+    # Issue 29: exactly one Pod behind the primary Service.
+    "impostor-with-the-leaders-labels": Case(
+        (R, L, R),
+        "SelectorNotUnique",
+        KEPT,
+        tweak=_impostor,
+        says=("Pod pg-orders-1-debug carries statefulset.kubernetes.io/pod-name=pg-orders-1",),
+    ),
     "leader-terminating": Case(
         (R, L, R), "LeaderTerminating", KEPT, tweak=_terminating, says=("pg-orders-1",)
     ),

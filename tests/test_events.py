@@ -7,6 +7,7 @@ so the wire format (path, JSON body) is the client's own, not a mock's.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -139,6 +140,44 @@ def test_a_primary_change_records_one_normal_event_on_the_cluster(
     assert event["regarding"]["uid"] == "6f1d8c3e-2b7a-4e59-9c0d-3a5b7e91f2c4"
     assert "pg-orders-0 to pg-orders-1" in event["note"]
     assert event["reportingController"] == "adg.io/pg-failover-hook"
+
+
+def test_an_impostor_pod_records_a_warning_event_and_counts_a_conflict(
+    api_server: FakeEventsApi,
+) -> None:
+    """Issue 29: a copy of the leader's Pod stops routing, with an Event and a metric."""
+    body = fixture("sync-service-selects-old-leader.json")
+    forged = copy.deepcopy(body["related"]["Pod.v1"]["pg-orders-1"])
+    forged["metadata"]["name"] = "pg-orders-1-debug"
+    body["related"]["Pod.v1"]["pg-orders-1-debug"] = forged
+    emitter = emitter_for(api_server)
+    app = create_app(
+        HookSettings(auth=NO_AUTH),
+        prober=FakeProber(failover_answers()),
+        clock=lambda: NOW,
+        events=emitter,
+    )
+    client = app.test_client()
+
+    def conflicts() -> float:
+        text = client.get("/metrics").get_data(as_text=True)
+        lines = [x for x in text.splitlines() if x.startswith("pgfh_primary_selector_conflicts")]
+        return sum(float(x.split()[-1]) for x in lines if x.split()[0].endswith("_total"))
+
+    before = conflicts()
+    response = client.post("/sync", json=body)
+    assert response.status_code == 200
+    assert conflicts() == before + 1
+    wait_for(lambda: len(api_server.created) == 1)
+    emitter.close()
+    event = api_server.created[0]
+    assert (event["type"], event["reason"]) == ("Warning", "SelectorNotUnique")
+    assert (
+        "Pod pg-orders-1-debug carries statefulset.kubernetes.io/pod-name=pg-orders-1"
+        in (event["note"])
+    )
+    selector = response.get_json()["children"][0]["spec"]["selector"]
+    assert selector["statefulset.kubernetes.io/pod-name"] == "pg-orders-0"
 
 
 def test_two_replicas_seeing_the_same_transition_record_it_once(api_server: FakeEventsApi) -> None:

@@ -646,6 +646,7 @@ def test_the_issue_s_alerts_are_all_there() -> None:
         "PgfhMetacontrollerNotSyncing",
         "PgfhMetacontrollerSyncErrors",
         "PgfhPrimaryFlapping",
+        "PgfhPrimarySelectorNotUnique",
     }
     assert {a["alert"] for a in alerts()} == expected
 

@@ -30,7 +30,7 @@ import pytest
 
 from hooks.core.routing import Decision
 from hooks.domain.members import MemberStatus
-from hooks.domain.model import ENDPOINTSLICE_KEY, LAST_APPLIED_ANNOTATION
+from hooks.domain.model import ENDPOINTSLICE_KEY, LAST_APPLIED_ANNOTATION, POD_NAME_LABEL
 from hooks.loaders.schemas import load_spec
 from hooks.parts.primary import desired_service
 from hooks.parts.readonly import classify, format_bytes
@@ -1174,3 +1174,41 @@ def test_classify_gives_the_whole_verdict(
     assert spec is not None, problems
     got = classify(member, loaded_pod(pod), address, _LEADER, LEADER_AT, spec)
     assert (got.listed, got.reason, got.keepable) == verdict
+
+
+# ====================================================== impostor Pods (issue 29)
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        {"application": "patroni", "cluster-name": CLUSTER, POD_NAME_LABEL: P2},
+        {"application": "patroni", "cluster-name": CLUSTER},
+        {"application": "patroni", "cluster-name": CLUSTER, POD_NAME_LABEL: P0},
+    ],
+    ids=["a copy of a replica", "no pod-name label", "the leader's pod-name label"],
+)
+def test_a_pod_that_is_not_its_statefulset_member_is_never_listed(labels: dict[str, str]) -> None:
+    """A Pod with the members' labels whose pod-name label is not its own name is no member:
+    even answering as a perfect Patroni replica under its own name, it is never listed."""
+    impostor = "pg-orders-copy"
+    pods = [
+        make_pod(P0),
+        make_pod(P1),
+        make_pod(P2),
+        make_pod(impostor, "10.244.9.10", labels=labels),
+    ]
+    answers = {**routed(), impostor: answer(impostor)}
+
+    _, outcome = run(request_body(pods=pods), answers)
+
+    if labels.get(POD_NAME_LABEL) == P0:
+        # The primary is not routed (SelectorNotUnique), so no slice is written at all.
+        assert outcome.decision is Decision.SELECTOR_NOT_UNIQUE
+        assert children_of(outcome, "EndpointSlice") == {}
+    else:
+        assert endpoints_of(outcome) == [P1, P2]
+        assert (
+            "pg-orders-copy (statefulset.kubernetes.io/pod-name label is not its name)"
+            in (condition(outcome, "ReplicasRouted")["message"])
+        )

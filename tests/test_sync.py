@@ -1668,17 +1668,22 @@ def _answer(kind: str, name: str) -> MemberStatus:
 def clusters(draw: st.DrawFn) -> dict[str, Any]:
     size = draw(st.integers(min_value=0, max_value=5))
     names = [f"{CLUSTER}-{i}" for i in range(size)]
-    pods, kinds, ips, deleting, selectable = [], {}, {}, {}, {}
+    pods, kinds, ips, deleting, selectable, pod_names = [], {}, {}, {}, {}, {}
     for name in names:
         ips[name] = draw(st.sampled_from(["auto"] * 6 + [None, "evil.example", "fd00::7"]))
         deleting[name] = draw(st.sampled_from([False] * 5 + [True]))
-        labels_kind = draw(st.sampled_from(["ok"] * 5 + ["no-pod-name", "no-scope"]))
+        labels_kind = draw(
+            st.sampled_from(["ok"] * 5 + ["no-pod-name", "no-scope", "another-pod-name"])
+        )
         labels = {**SELECTOR, POD_NAME_LABEL: name}
         if labels_kind == "no-pod-name":
             del labels[POD_NAME_LABEL]
         elif labels_kind == "no-scope":
             del labels["cluster-name"]
-        selectable[name] = labels_kind == "ok"
+        elif labels_kind == "another-pod-name":  # a copy of another member (issue 29)
+            labels[POD_NAME_LABEL] = draw(st.sampled_from(names))
+        selectable[name] = labels == {**SELECTOR, POD_NAME_LABEL: name}
+        pod_names[name] = labels.get(POD_NAME_LABEL)
         kinds[name] = draw(st.sampled_from(NON_LEADER_KINDS))
         pods.append(make_pod(name, ips[name], labels=labels, deleting=deleting[name]))
     if names and draw(st.integers(min_value=0, max_value=3)):  # usually one member leads
@@ -1708,6 +1713,7 @@ def clusters(draw: st.DrawFn) -> dict[str, Any]:
         "probed": {n for n in names if ips[n] in ("auto", "fd00::7")},
         "deleting": deleting,
         "selectable": selectable,
+        "pod_names": pod_names,
     }
 
 
@@ -1729,6 +1735,8 @@ def _oracle(case: Mapping[str, Any]) -> tuple[Decision, str | None]:
         return Decision.LEADER_TERMINATING, None
     if not case["selectable"][claimant]:
         return Decision.LEADER_NOT_SELECTABLE, None
+    if any(case["pod_names"][n] == claimant for n in names if n != claimant):
+        return Decision.SELECTOR_NOT_UNIQUE, None
     return Decision.ROUTED, claimant
 
 
@@ -1753,6 +1761,14 @@ def test_property_every_reply_obeys_the_routing_rules(case: dict[str, Any]) -> N
         assert {n: s["spec"]["selector"] for n, s in services.items()} == {
             n: service_selector(chosen) for n in services
         }
+        # Exactly one Pod behind the primary Service: the selector matches the leader alone.
+        selector = service_selector(chosen)
+        matched = [
+            p["metadata"]["name"]
+            for p in body["related"]["Pod.v1"].values()
+            if all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())
+        ]
+        assert matched == [chosen]
         assert outcome.body["resyncAfterSeconds"] == spread(TIMING.healthy, NOW, body)
         assert (ready["status"], routed["status"]) == ("True", "True")
     else:

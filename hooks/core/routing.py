@@ -1,7 +1,9 @@
 """The routing decision: which member, if any, the primary Service may select.
 
 The rule (see :func:`choose_leader`): route only to the one member Patroni itself
-reports as the running leader, whose Pod is selectable and not terminating. Anything
+reports as the running leader, whose Pod is selectable and not terminating, and only
+while no other Pod carries its ``statefulset.kubernetes.io/pod-name`` value (the
+Service's selector must match exactly one Pod). Anything
 else is a :class:`Decision` that keeps the observed selector, with the reason.
 
 Pure: members and Pods in, a :class:`Route` out.
@@ -29,6 +31,9 @@ class Decision(enum.Enum):
     LEADER_TERMINATING = "LeaderTerminating"
     LEADER_NOT_SELECTABLE = "LeaderPodNotSelectable"
     MEMBER_NAME_MISMATCH = "MemberNameMismatch"
+    #: Another Pod carries the leader's ``statefulset.kubernetes.io/pod-name`` value: the
+    #: Service's selector would match it too (Kubernetes does not reserve the label).
+    SELECTOR_NOT_UNIQUE = "SelectorNotUnique"
     INVALID_SPEC = "InvalidSpec"
     FINALIZING = "Finalizing"
 
@@ -121,7 +126,34 @@ def choose_leader(
             why=f"Leader {claimant.name} lacks the label(s) {', '.join(missing)} that the "
             f"Service selector needs",
         )
+    impostors = sorted(
+        name
+        for name, other in pods.items()
+        if name != claimant.name and other.labels.get(POD_NAME_LABEL) == claimant.name
+    )
+    if impostors:
+        # Kubernetes does not reserve the label: a copied Pod (`kubectl debug --copy-to
+        # --keep-labels`, a manifest copied from a member) would be selected too, and get
+        # part of the writes. Every related Pod is here (the customize rule relates all
+        # that match primarySelector), so every Pod the selector could match is checked.
+        return Route(
+            Decision.SELECTOR_NOT_UNIQUE,
+            why=f"{_pods_phrase(impostors)} {POD_NAME_LABEL}={claimant.name} besides the "
+            f"leader {claimant.name}: the Service's selector would match "
+            f"{'them' if len(impostors) > 1 else 'it'} too, so it is not moved",
+        )
     return Route(Decision.ROUTED, claimant.name, timeline=claimant.timeline)
+
+
+#: Pods named in a message at most (the rest are counted): the status stays small.
+_NAMED_PODS = 10
+
+
+def _pods_phrase(names: Sequence[str]) -> str:
+    """``Pod a carries`` / ``Pods a, b and 3 more carry``: named, but bounded."""
+    shown = ", ".join(names[:_NAMED_PODS])
+    more = f" and {len(names) - _NAMED_PODS} more" if len(names) > _NAMED_PODS else ""
+    return f"Pods {shown}{more} carry" if len(names) > 1 else f"Pod {shown} carries"
 
 
 def _unreachable_phrase(members: Sequence[MemberStatus]) -> str:

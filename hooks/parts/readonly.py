@@ -18,7 +18,9 @@ behind (never ahead: a negative difference counts as zero). Replayed, not receiv
 client reads what the replica has replayed.
 
 **Who is listed** (only what Patroni itself reports, and only with a confirmed leader): a
-member whose Pod is not terminating, that answers as itself (``patroni.name`` is the pod's
+member whose Pod is not terminating and carries its own name as
+``statefulset.kubernetes.io/pod-name`` (a Pod that merely copies the members' labels is
+no member, whatever it answers), that answers as itself (``patroni.name`` is the pod's
 name when ``memberNameMustMatchPod``, same ``patroni.scope`` as the leader), reports
 ``role: replica``, ``state: running``, ``replication_state: streaming``, a replayed location,
 no ``noloadbalance`` tag, replay not paused (``xlog.paused``, unless
@@ -63,7 +65,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hooks.domain.members import REPLICATION_STATE_SINCE, MemberStatus
-from hooks.domain.model import ENDPOINTSLICE_KEY, ClusterSpec, Condition
+from hooks.domain.model import ENDPOINTSLICE_KEY, POD_NAME_LABEL, ClusterSpec, Condition
 from hooks.domain.observed import IP, Pod
 from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
 from hooks.parts.primary import primary_services
@@ -263,6 +265,10 @@ def classify(
         return _Verdict(False, "leader")
     if pod.terminating:
         return _Verdict(False, "terminating")
+    if pod.labels.get(POD_NAME_LABEL) != name:
+        # Not its StatefulSet's member (a copy of one, or a Pod that merely carries the
+        # members' labels): never listed, whatever it answers.
+        return _Verdict(False, f"{POD_NAME_LABEL} label is not its name")
     if ip is None:
         return _Verdict(False, "no pod IP")
     if not member.reachable:

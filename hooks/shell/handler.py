@@ -124,6 +124,15 @@ def observe(
             outcome.primary,
             extra={"old_leader": outcome.previous_primary, "new_leader": outcome.primary},
         )
+    elif outcome.decision is Decision.SELECTOR_NOT_UNIQUE:
+        # Someone runs a Pod that the primary Service would select beside the leader:
+        # counted on every reply (the alert), logged as an error on the transition.
+        metrics.SELECTOR_CONFLICTS.inc()
+        log.log(
+            logging.ERROR if outcome.transition else logging.DEBUG,
+            "not routing: %s",
+            outcome.message,
+        )
     elif outcome.decision.degraded:
         log.log(notable, "keeping routing: %s", outcome.message)
     elif outcome.transition:

@@ -47,6 +47,11 @@ REPLIES = Counter(
     "Sync and finalize replies, by decision (the condition reason).",
     ["decision"],
 )
+SELECTOR_CONFLICTS = Counter(
+    "pgfh_primary_selector_conflicts_total",
+    "Sync replies that did not route because another Pod carries the leader's "
+    "statefulset.kubernetes.io/pod-name label (the Service would select two Pods).",
+)
 INVALID_SPECS = Counter(
     "pgfh_invalid_specs_total",
     "Sync calls for a PostgreSQLCluster whose spec is invalid.",
