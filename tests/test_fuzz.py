@@ -447,3 +447,69 @@ def test_a_request_over_the_limit_is_a_413_json_error(client: FlaskClient) -> No
     assert set(json.loads(reply)) == {"error"}
     exact = data[: MAX_REQUEST - len(data)]  # the same body at the limit passes
     assert post(client, "/sync", exact)[0] == 200
+
+
+# ------------------------------------------------- nested JSON inside annotations
+# The hook parses JSON found *inside* strings of the request: a Pod's Patroni ``status``
+# annotation and each child's last-applied record. Anyone who may patch a Pod or a Service
+# in the namespace writes them (Patroni's own ServiceAccount included). 5,000 nested
+# brackets made ``json.loads`` raise RecursionError: HTTP 500 on every sync of the cluster,
+# so its failover froze. Each must be ignored instead, the Service kept, never a 500.
+
+LAST_APPLIED = "metacontroller.k8s.io/last-applied-configuration"
+
+
+def nested_text(depth: int, kind: str) -> str:
+    """JSON text nesting ``depth`` levels: arrays, objects, or an object holding arrays."""
+    if kind == "arrays":
+        return "[" * depth + "]" * depth
+    if kind == "objects":
+        return '{"a":' * depth + "1" + "}" * depth
+    return '{"role":"primary","state":"running","x":' + "[" * depth + "]" * depth + "}"
+
+
+def _annotate(body: dict[str, Any], where: str, text: str) -> dict[str, Any]:
+    if where == "pod status":
+        for pod in body["related"]["Pod.v1"].values():
+            pod["metadata"].setdefault("annotations", {})["status"] = text
+    else:
+        for service in body["children"]["Service.v1"].values():
+            service["metadata"].setdefault("annotations", {})[LAST_APPLIED] = text
+    return body
+
+
+NESTED = [
+    pytest.param(where, depth, kind, id=f"{where}-{kind}-{depth}")
+    for where in ("pod status", "service last-applied")
+    for depth in (65, 5_000, 100_000)
+    for kind in ("arrays", "objects", "inside a member document")
+]
+
+
+@pytest.mark.parametrize(("where", "depth", "kind"), NESTED)
+def test_deeply_nested_json_in_an_annotation_is_ignored_never_a_500(
+    client: FlaskClient, where: str, depth: int, kind: str
+) -> None:
+    body = _annotate(
+        fixture("sync-service-selects-old-leader.json"), where, nested_text(depth, kind)
+    )
+    assert check(client, "/sync", body) == 200
+    reply = json.loads(post(client, "/sync", encode(body))[1])
+    # Nothing routes on an ignored annotation, and nothing is lost: the leader Patroni
+    # confirms is routed, as without the annotation.
+    (service,) = [c for c in reply["children"] if c["kind"] == "Service"]
+    assert service["spec"]["selector"]["statefulset.kubernetes.io/pod-name"] == "pg-orders-1"
+
+
+@fuzz_settings(60)
+@given(
+    name=st.sampled_from(sorted(FIXTURES)),
+    where=st.sampled_from(["pod status", "service last-applied"]),
+    depth=st.integers(min_value=1, max_value=20_000),
+    kind=st.sampled_from(["arrays", "objects", "inside a member document"]),
+)
+def test_nested_annotations_of_any_depth(
+    client: FlaskClient, name: str, where: str, depth: int, kind: str
+) -> None:
+    body = _annotate(copy.deepcopy(FIXTURES[name]), where, nested_text(depth, kind))
+    check(client, "/sync", body)

@@ -153,3 +153,45 @@ def test_previous_members_without_a_text_name_are_left_out(members: object) -> N
 def test_no_previous_status_has_no_members() -> None:
     assert load_previous_status(None).members == ()
     assert load_previous_status([{"name": "pg-0"}]).members == ()
+
+
+# ------------------------------------------ JSON inside annotations: one bounded parser
+
+
+def _member_json(depth: int) -> str:
+    """Patroni's member JSON whose deepest value nests ``depth`` levels in all."""
+    inner = "[" * (depth - 1) + "]" * (depth - 1)
+    return '{"role":"master","state":"running","x":' + inner + "}"
+
+
+def test_a_status_annotation_at_the_depth_limit_is_read_one_deeper_is_ignored() -> None:
+    from hooks.loaders.jsonbody import MAX_JSON_DEPTH
+    from hooks.loaders.observed import load_pod
+
+    def role(text: str) -> str | None:
+        obj = {"metadata": {"name": "p", "annotations": {"status": text}}}
+        return load_pod("Pod.v1", "p", obj).status_role
+
+    assert role(_member_json(MAX_JSON_DEPTH)) == "primary"
+    assert role(_member_json(MAX_JSON_DEPTH + 1)) is None
+    assert role(_member_json(50_000)) is None  # over the size cap as well
+    assert role('{"role":"master","state":NaN}') is None
+
+
+def test_bounded_loads_refuses_by_rule_with_a_message() -> None:
+    from hooks.loaders.jsonbody import JsonRefused, bounded_loads
+
+    assert bounded_loads('{"a":[1]}', max_bytes=9, max_depth=2) == {"a": [1]}
+    for text, limit, message in [
+        ('{"a":[1]}', 8, "is larger than 8 bytes"),
+        ("[" * 3 + "]" * 3, 100, "nests deeper than 2 levels"),
+        ("[[]", 100, "is not valid JSON: its brackets do not balance"),
+        ("[NaN]", 100, "is not valid JSON: NaN is not JSON"),
+        (b"\xff", 100, "is not"),
+        ("\ud800", 100, "is not"),
+    ]:
+        with pytest.raises(JsonRefused) as refused:
+            bounded_loads(text, max_bytes=limit, max_depth=2)
+        assert str(refused.value) == message or (
+            message == "is not" and str(refused.value).startswith(("is not UTF-8", "is not valid"))
+        )

@@ -105,6 +105,16 @@ def test_a_body_that_is_not_json_names_the_code_and_the_path() -> None:
     )
 
 
+@pytest.mark.parametrize("depth", [65, 5_000, 30_000])
+def test_a_deeply_nested_body_is_not_patroni_never_a_recursion_error(depth: int) -> None:
+    """A member (or whoever holds its IP) answering 64 KiB of brackets: refused by the one
+    bounded parser (hooks.loaders.jsonbody), not by the interpreter's recursion limit."""
+    for body in (b"[" * depth + b"]" * depth, b'{"a":' * depth + b"1" + b"}" * depth):
+        assert status_from_body(TARGET, 200, body) == not_patroni(
+            "HTTP 200 on /primary with a non-JSON body"
+        )
+
+
 @pytest.mark.parametrize(
     ("path", "role", "verdict", "reason"),
     [

@@ -1,12 +1,55 @@
-"""The JSON depth guard of request bodies, run by the HTTP shell (:mod:`hooks.shell.app`).
+"""The one bounded JSON parser of the hook: every JSON text it reads goes through it.
 
-A body that nests deeper than ``PGFH_MAX_JSON_DEPTH`` is refused before the parser sees
-it; then :mod:`hooks.loaders.envelope` checks what the parsed body holds.
+:func:`bounded_loads` refuses a text larger than its size limit or nesting deeper than its
+depth limit *before* the parser sees it, and turns every parser error into
+:class:`JsonRefused` with a message. Four kinds of text go through it: the request body
+(:mod:`hooks.shell.app`, ``PGFH_MAX_JSON_DEPTH``), a Pod's Patroni ``status`` annotation
+and a child's last-applied record (:mod:`hooks.loaders.observed`: JSON inside strings of
+the request, which the body's own depth check cannot see), and a member's Patroni answer
+(:mod:`hooks.loaders.patroni_answer`). Without the limit, 5,000 nested brackets in an
+annotation raised ``RecursionError`` and every sync of that cluster answered 500.
 
-Pure: bytes in, a message out.
+Pure: text in, a value or a message out.
 """
 
 from __future__ import annotations
+
+import json
+
+#: Deepest nesting accepted by default. Real requests nest about 15 levels (managedFields
+#: inside related Pods); Patroni's answer and its member JSON about 3; a last-applied
+#: record about 12 (a CronJob's Pod template). Anything far deeper is hostile.
+MAX_JSON_DEPTH = 64
+
+
+class JsonRefused(ValueError):
+    """A JSON text the hook does not parse; the message completes "<what> …"."""
+
+
+def bounded_loads(text: str | bytes, *, max_bytes: int, max_depth: int = MAX_JSON_DEPTH) -> object:
+    """``text`` parsed as strict JSON (no NaN/Infinity), within both limits, or
+    :class:`JsonRefused` saying why ("is larger than …", "nests deeper than …", "is not
+    valid JSON: …", "is not UTF-8"). Never ``RecursionError``: depth is refused by an
+    explicit rule (:func:`nesting_problem`), linear in the size, before parsing."""
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    if len(raw) > max_bytes:
+        raise JsonRefused(f"is larger than {max_bytes} bytes")
+    problem = nesting_problem(raw, max_depth)
+    if problem is not None:
+        raise JsonRefused(problem)
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except RecursionError:  # not reachable after the depth check; kept as a last resort
+        raise JsonRefused("nests too deeply") from None
+    except UnicodeDecodeError:
+        raise JsonRefused("is not UTF-8") from None
+    except ValueError as error:
+        raise JsonRefused(f"is not valid JSON: {error}") from None
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
 
 #: Every byte but the four structural brackets and the quote, for ``bytes.translate``.
 _NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')

@@ -16,7 +16,6 @@ Pure: plain mappings in, frozen values out; the observed objects are never modif
 from __future__ import annotations
 
 import ipaddress
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -50,10 +49,14 @@ from hooks.domain.observed import (
     SliceChild,
     parse_time,
 )
+from hooks.loaders.jsonbody import JsonRefused, bounded_loads
 
 T = TypeVar("T", bound=Child)
 #: Patroni's member JSON in the ``status`` annotation is small; more is not Patroni's.
 _MAX_STATUS_ANNOTATION = 65536
+#: Kubernetes' limit on all of an object's annotations together
+#: (``TotalAnnotationSizeLimitB``): no last-applied record can be larger.
+_MAX_LAST_APPLIED = 256 * 1024
 
 
 class ObservedError(ValueError):
@@ -197,12 +200,12 @@ def _container_ports(spec: Mapping[str, Any]) -> dict[str, int]:
 
 def _annotation_role(raw: object) -> str | None:
     """The ``role`` of Patroni's member JSON, normalised; ``None`` if it is not that."""
-    if not isinstance(raw, str) or len(raw) > _MAX_STATUS_ANNOTATION:
+    if not isinstance(raw, str):
         return None
     try:
-        data = json.loads(raw)
-    except ValueError:
-        return None
+        data = bounded_loads(raw, max_bytes=_MAX_STATUS_ANNOTATION)
+    except JsonRefused:
+        return None  # anyone who may patch the Pod writes it: ignored, never an error
     if not isinstance(data, Mapping):
         return None
     role = data.get("role")
@@ -265,9 +268,9 @@ def _last_applied(obj: Mapping[str, Any], metadata: Mapping[str, Any]) -> dict[s
     if not isinstance(raw, str):
         return None
     try:
-        applied = json.loads(raw)
-    except ValueError:
-        return None
+        applied = bounded_loads(raw, max_bytes=_MAX_LAST_APPLIED)
+    except JsonRefused:
+        return None  # unusable: the observed object itself is kept instead
     if not isinstance(applied, dict) or not isinstance(applied.get("metadata"), dict):
         return None
     if not isinstance(applied.get("spec", {}), dict):

@@ -12,10 +12,10 @@ past the body cap is refused before any of the body is read.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from hooks.domain.members import MemberStatus, ProbeTarget
+from hooks.loaders.jsonbody import JsonRefused, bounded_loads
 
 
 def too_large(target: ProbeTarget, status_code: int, cap: int) -> MemberStatus:
@@ -56,8 +56,8 @@ def head_verdict(
 def status_from_body(target: ProbeTarget, status_code: int, body: bytes) -> MemberStatus:
     """Patroni's verdict from the status code and the JSON body (not JSON: not Patroni)."""
     try:
-        document = json.loads(body)
-    except ValueError:
+        document = bounded_loads(body, max_bytes=len(body))  # the read already capped it
+    except JsonRefused:
         return MemberStatus.not_patroni(
             target.pod,
             f"HTTP {status_code} on {target.health_path} with a non-JSON body",

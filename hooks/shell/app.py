@@ -22,7 +22,7 @@ from typing import Any
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import BadRequest, HTTPException
 
-from hooks.loaders.jsonbody import nesting_problem
+from hooks.loaders.jsonbody import JsonRefused, bounded_loads
 from hooks.patroni import PatroniProber, Prober
 from hooks.shell import metrics
 from hooks.shell.auth import Authenticator
@@ -96,11 +96,11 @@ class _Views:
     authenticator: Authenticator | None
 
     def sync(self) -> Response:
-        body = _json_body(self.deps.settings.max_json_depth)
+        body = _json_body(self.deps.settings.max_json_depth, self.deps.settings.max_request_bytes)
         return _reply(handle_sync(self.deps, body, request_id=g.request_id, started=g.started))
 
     def customize(self) -> Response:
-        body = _json_body(self.deps.settings.max_json_depth)
+        body = _json_body(self.deps.settings.max_json_depth, self.deps.settings.max_request_bytes)
         return _reply(handle_customize(body, request_id=g.request_id))
 
     def readyz(self) -> Response:
@@ -199,26 +199,15 @@ def _endpoint_label() -> str:
     return _ENDPOINTS.get(rule.endpoint, "other") if rule is not None else "other"
 
 
-def _json_body(max_depth: int) -> object:
+def _json_body(max_depth: int, max_bytes: int) -> object:
     """The request's JSON, or a 400 (raised as an HTTPException) with the reason."""
     raw = request.get_data(cache=False)
     if not raw:
         raise BadRequest("empty request body: expected a JSON object")
-    problem = nesting_problem(raw, max_depth)
-    if problem is not None:
-        raise BadRequest(f"request body {problem}")
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
-    except RecursionError:  # not reachable after the depth check; kept as a last resort
-        raise BadRequest("request body nests too deeply") from None
-    except UnicodeDecodeError:
-        raise BadRequest("request body is not UTF-8") from None
-    except ValueError as error:
-        raise BadRequest(f"request body is not valid JSON: {error}") from None
-
-
-def _reject_constant(name: str) -> object:
-    raise ValueError(f"{name} is not JSON")
+        return bounded_loads(raw, max_bytes=max_bytes, max_depth=max_depth)
+    except JsonRefused as refused:
+        raise BadRequest(f"request body {refused}") from None
 
 
 def _reply(reply: Reply) -> Response:

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from hooks.core.policy import ProbePolicy, parse_networks, parse_ports
 from hooks.domain.model import ResyncTiming
+from hooks.loaders.jsonbody import MAX_JSON_DEPTH
 
 T = TypeVar("T")
 
@@ -83,7 +84,7 @@ class HookSettings:
     max_request_bytes: int = 4 * 1024 * 1024
     #: Deepest bracket nesting accepted in a request body. Real requests nest about 15
     #: levels (managedFields inside related Pods); anything far deeper is hostile.
-    max_json_depth: int = 64
+    max_json_depth: int = MAX_JSON_DEPTH
     resync: ResyncTiming = field(default_factory=ResyncTiming)
     #: Where probes may go: Patroni ports, Pod networks, members per request.
     probe_policy: ProbePolicy = field(default_factory=ProbePolicy)
