@@ -55,6 +55,11 @@ class NameGuardReason(enum.Enum):
     UNAVAILABLE = "Unavailable"
 
 
+#: The longest condition message written (then cut, with "…"). Messages name members
+#: (at most ``PGFH_MAX_MEMBERS``, 253 characters each) and their reasons: the cap keeps
+#: the status of any cluster far below etcd's 1.5 MiB object limit.
+MAX_MESSAGE_CHARS = 8192
+
 SPEC_ACCEPTED = Condition(CONDITION_SPEC, "True", SpecReason.ACCEPTED.value, "The spec is valid")
 
 
@@ -86,13 +91,17 @@ def stamped(
             "type": condition.type,
             "status": condition.status,
             "reason": condition.reason,
-            "message": condition.message,
+            "message": _capped(condition.message),
             "lastTransitionTime": transition,
         }
         if generation is not None:
             entry["observedGeneration"] = generation
         entries.append(entry)
     return entries
+
+
+def _capped(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE_CHARS else message[:MAX_MESSAGE_CHARS] + "…"
 
 
 def kept(request: SyncRequest, types: Iterable[str]) -> list[Condition]:

@@ -174,7 +174,7 @@ class MemberStatus:
             "received_position": received,
             "replay_paused": paused,
             "replication_state": _str(body.get("replication_state")),
-            "patroni_name": _str(patroni_info.get("name")),
+            "patroni_name": _str(patroni_info.get("name"), MAX_NAME_CHARS),
             "patroni_scope": _str(patroni_info.get("scope")),
             "patroni_version": _version(patroni_info.get("version")),
             "noloadbalance": isinstance(tags, Mapping) and bool(tags.get("noloadbalance")),
@@ -202,6 +202,15 @@ class MemberStatus:
         return cls.not_patroni(name, f"unexpected HTTP {http_status} on {health_path}", http_status)
 
 
+#: The longest Patroni string (role, state, replication state, scope) kept from an answer.
+#: Patroni's own are at most about 40 characters ("running custom bootstrap script"); a
+#: member may send up to the 64 KiB body cap, and 64 such members made an 8 MiB status.
+MAX_FIELD_CHARS = 64
+#: ``patroni.name`` is compared with the Pod's name (at most 253 characters): kept whole
+#: up to that, so a real name is never cut.
+MAX_NAME_CHARS = 253
+
+
 def _role(value: object) -> str | None:
     role = _str(value)
     if role is None:
@@ -209,8 +218,12 @@ def _role(value: object) -> str | None:
     return ROLE_ALIASES.get(role, role)
 
 
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
+def _str(value: object, limit: int = MAX_FIELD_CHARS) -> str | None:
+    """A non-empty string, cut to ``limit`` characters plus "…" (never equal to a real
+    value: Patroni's roles, states and names have no "…"), else ``None``."""
+    if not isinstance(value, str) or not value:
+        return None
+    return value if len(value) <= limit else value[:limit] + "…"
 
 
 def _int(value: object) -> int | None:
