@@ -28,10 +28,17 @@ first member in the calling (request) thread and every other one in a pool threa
 once; at the deadline every probe still running has its socket shut down (:class:`_Probe`):
 the request thread's by the process's one :class:`_Cutter` thread, the pool's by the round
 itself. So a trickling or hung member holds a thread no longer than the round that asked
-it, a pool thread is held at most one deadline per probe, and the pool (``threads``) only
-has to hold the probes that can be in flight at once in one process: one per member but
-one of every round in progress. (The first member in the request thread saves its hand-off
-to the pool and back: a one-member round uses no pool thread at all.)
+it, and a pool thread is held at most one deadline per probe.
+
+**Fairness: a bound per round.** A round holds at most ``round_threads`` pool threads at
+once (16); each probe that ends starts the next member waiting. So the pool (``threads``,
+256 = 16 request threads x 16) always has room for every round in progress, and one
+cluster whose 63 members accept and never answer delays only itself: before the bound, 16
+such rounds queued 1,008 probes on 256 threads, and every other cluster's probes waited
+behind them, were cut at their deadline and reported unreachable (a quiet cluster's
+failover was not followed). A healthy 64-member cluster's probes take milliseconds each,
+so four waves of 16 cost it nothing noticeable. (The first member in the request thread
+saves its hand-off to the pool and back: a one-member round uses no pool thread at all.)
 
 TLS: one :class:`ssl.SSLContext` per set of files (:class:`TLSContexts`), verified against
 the CA bundle (``check_hostname``: the pod IP, or ``spec.patroni.tls.serverName`` as SNI and
@@ -53,8 +60,9 @@ import ssl
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -486,9 +494,11 @@ class PatroniProber:
     :param tls: CA bundle and client certificate for ``https`` members (see
         :class:`TLSContexts`).
     :param threads: the most pool probes in flight at once in this process. Each holds its
-        thread one deadline at most, so 256 lets 16 request threads probe 17 members
-        each at the same time (the first in the request thread); threads are started only
-        when that many are needed.
+        thread one deadline at most; threads are started only when that many are needed.
+        At least ``round_threads`` times the request threads (gunicorn's ``threads``), so
+        that no round ever waits for a pool thread.
+    :param round_threads: the most pool probes one round has in flight at once; its other
+        members wait for one of them to end (see the module docstring, "Fairness").
     """
 
     def __init__(
@@ -499,12 +509,14 @@ class PatroniProber:
         policy: ProbePolicy | None = None,
         tls: PatroniTLS | None = None,
         threads: int = 256,
+        round_threads: int = 16,
     ):
         self.deadline = deadline
         self.max_body_bytes = max_body_bytes
         self.policy = policy
         self.tls = tls or PatroniTLS()
         self.threads = threads
+        self.round_threads = round_threads
         self.contexts = TLSContexts(self.tls)
         self._checked: dict[
             str, tuple[str | None, Url | None, requests.PreparedRequest | None]
@@ -525,6 +537,8 @@ class PatroniProber:
             max_body_bytes=settings.max_probe_body_bytes,
             policy=settings.probe_policy,
             tls=settings.patroni_tls,
+            threads=settings.request_threads * settings.probe_threads_per_round,
+            round_threads=settings.probe_threads_per_round,
         )
         if prober.contexts._files():
             problem = prober.contexts.problem()
@@ -576,33 +590,67 @@ class PatroniProber:
     # ------------------------------------------------------------------ the round
 
     def _round(self, targets: Sequence[ProbeTarget], ends_at: float) -> dict[str, MemberStatus]:
-        running: dict[str, tuple[_Probe, Future[MemberStatus]]] = {}
-        try:
-            pools = self._pools_here()
-            first, *rest = targets
-            for target in rest:
-                probe = _Probe(target, ends_at)
+        """Probe ``targets`` until ``ends_at``: the first in this thread, the others in the
+        pool, at most ``round_threads`` of them at once (each finished probe starts the next
+        one waiting): one cluster's hung members hold no more of the pool than that."""
+        first, *rest = targets
+        probes = {target.pod: _Probe(target, ends_at) for target in rest}
+        waiting = deque(rest)
+        futures: dict[str, Future[MemberStatus]] = {}
+        lock = threading.Lock()
+        closed = [False]
+
+        def start_next() -> None:
+            with lock:
+                if closed[0] or not waiting:
+                    return
+                probe = probes[waiting.popleft().pod]
                 context = contextvars.copy_context()  # log fields follow the probe's thread
                 future = pools.executor.submit(context.run, self._ask, probe)
-                running[target.pod] = (probe, future)
+                futures[probe.target.pod] = future
+            future.add_done_callback(lambda _: start_next())
+
+        try:
+            pools = self._pools_here()
+            for _ in range(min(self.round_threads, len(rest))):
+                start_next()
             # The first member in this thread, meanwhile; the cutter ends it at the deadline.
             here = _Probe(first, ends_at)
             pools.cutter.watch(here)
             statuses = {first.pod: self._ask(here)}
-            if running:
-                futures = [future for _, future in running.values()]
-                wait(futures, timeout=max(0.0, ends_at - time.monotonic()))
-                late = [(p, future) for p, future in running.values() if not future.done()]
-                for probe, future in late:
-                    future.cancel()
-                    probe.cut()
-                if late:
-                    wait([future for _, future in late], timeout=_GRACE)
-                for pod, (_, future) in running.items():
-                    statuses[pod] = self._result(pod, future)
+            while rest:
+                with lock:
+                    running = [f for f in futures.values() if not f.done()]
+                    if not running and not waiting:
+                        break
+                left = ends_at - time.monotonic()
+                if left <= 0:
+                    break
+                if running:
+                    wait(running, timeout=left, return_when=FIRST_COMPLETED)
+                else:  # a probe just ended; its callback is starting the next one
+                    time.sleep(min(left, 0.001))
+            with lock:
+                closed[0] = True
+                started = dict(futures)
+            late = [(probes[pod], f) for pod, f in started.items() if not f.done()]
+            for probe, future in late:
+                future.cancel()
+                probe.cut()
+            if late:
+                wait([future for _, future in late], timeout=_GRACE)
+            for target in rest:
+                begun = started.get(target.pod)
+                statuses[target.pod] = (
+                    self._result(target.pod, begun)
+                    if begun is not None
+                    else MemberStatus.unknown(target.pod, self._late)
+                )
             return {target.pod: statuses[target.pod] for target in targets}
         except Exception as error:  # a bug or the OS out of resources: no member is known
-            for probe, _ in running.values():
+            with lock:
+                closed[0] = True
+            for probe in probes.values():
                 probe.cut()
             return {
                 target.pod: MemberStatus.unknown(target.pod, describe_failure(error, target))

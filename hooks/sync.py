@@ -189,7 +189,8 @@ def _invalid_spec(request: SyncRequest, now: datetime, timing: ResyncTiming) -> 
         for _, group in sorted(request.other_children.items())
         for _, obj in sorted(group.items())
     ]
-    body = {"status": status, "children": children, "resyncAfterSeconds": timing.healthy}
+    resync = timing.refused if request.refused_by_policy else timing.healthy
+    body = {"status": status, "children": children, "resyncAfterSeconds": resync}
     previous = observed_primary(request)
     return SyncOutcome(body, Decision.INVALID_SPEC, problems, previous, previous)
 

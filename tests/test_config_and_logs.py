@@ -47,7 +47,7 @@ def test_no_variables_give_the_documented_defaults() -> None:
         settings.resync,
         settings.log_format,
         settings.log_level,
-    ) == (2.0, 65536, 4 * 1024 * 1024, ResyncTiming(1.0, 0.3), "json", "INFO")
+    ) == (2.0, 65536, 256 * 1024 + 64 * 16 * 1024, ResyncTiming(1.0, 0.3), "json", "INFO")
 
 
 def test_the_degraded_resync_is_faster_than_the_healthy_one_by_default() -> None:
@@ -329,3 +329,25 @@ def test_gunicorn_loggers_do_not_propagate_so_lines_are_not_doubled() -> None:
 def test_an_unknown_log_format_is_refused(log_format: str) -> None:
     with pytest.raises(ValueError, match="log format must be json or text"):
         logging_config(log_format)
+
+
+def test_the_fairness_settings_are_read_and_checked() -> None:
+    default = HookSettings.from_env({})
+    assert (default.resync.min_poll, default.request_threads) == (1.0, 16)
+    assert default.probe_threads_per_round == 16
+    settings = HookSettings.from_env(
+        {
+            "PGFH_MIN_POLL_SECONDS": "2.5",
+            "GUNICORN_THREADS": "8",
+            "PGFH_PROBE_THREADS_PER_ROUND": "4",
+        }
+    )
+    assert (settings.resync.min_poll, settings.request_threads) == (2.5, 8)
+    assert settings.probe_threads_per_round == 4
+    for name, value in (
+        ("PGFH_MIN_POLL_SECONDS", "0"),
+        ("GUNICORN_THREADS", "1.5"),
+        ("PGFH_PROBE_THREADS_PER_ROUND", "-1"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            HookSettings.from_env({name: value})

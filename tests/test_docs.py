@@ -201,6 +201,10 @@ def _string(node: ast.expr | None) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
+#: The helpers of ``HookSettings.from_env`` that read one variable named by their first argument.
+SETTINGS_READERS = frozenset({"number", "count", "parsed", "_flag", "_path"})
+
+
 def names_in(source: str) -> set[str]:
     """Environment variables one module reads: ``PGFH_*`` literals, and the name given to
     ``<…environ or env>.get(NAME, …)`` or ``<…environ or env>[NAME]``."""
@@ -214,6 +218,11 @@ def names_in(source: str) -> set[str]:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
             if node.func.attr == "get":
                 target, key = node.func.value, node.args[0]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+            # The settings loader's own readers: count("GUNICORN_THREADS", …), number(…).
+            name = _string(node.args[0])
+            if node.func.id in SETTINGS_READERS and name and NAME.fullmatch(name):
+                found.add(name)
         elif isinstance(node, ast.Subscript):
             target, key = node.value, node.slice
         holder = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")

@@ -805,3 +805,52 @@ def test_a_member_that_never_completes_the_tls_handshake_costs_the_connect_timeo
     result, elapsed = timed_probe(real_prober, https)
     assert result["pg-0"].reason == "connect timeout"
     assert 0.2 <= elapsed <= 0.2 + SLACK, f"round took {elapsed:.3f} s"
+
+
+def test_a_round_of_many_hung_members_cannot_starve_another_rounds_probes(
+    member: MakeMember,
+) -> None:
+    """Fairness between tenants: rounds of 20 members that accept and never answer (a
+    noisy namespace, three syncs in flight at all times) run beside a quiet three-member
+    cluster whose leader is not its first member. Each round may hold ``round_threads``
+    pool threads at most, so the pool (four rounds' worth) always has threads for the
+    quiet round: its members are asked at once and answer. Without the bound the noisy
+    rounds queued their probes ahead of the quiet one's, which waited for a noisy
+    deadline or were cut at their own and reported unreachable."""
+    prober = PatroniProber(deadline=DEADLINE, threads=16, round_threads=4)
+    hung = member(fakes.HUNG)
+    noisy = [target(hung, f"noisy-{i:02}", read=5.0) for i in range(20)]
+    quiet = [
+        target(member(fakes.REPLICA, name="q-0"), "q-0"),
+        target(member(fakes.LEADER, name="q-1"), "q-1"),
+        target(member(fakes.REPLICA, name="q-2"), "q-2"),
+    ]
+    stop = threading.Event()
+    noisy_results: list[dict[str, MemberStatus]] = []
+
+    def noise(delay: float) -> None:
+        time.sleep(delay)
+        for _ in range(8):  # bounded: 8 deadlines at most
+            if stop.is_set():
+                return
+            noisy_results.append(prober.probe(noisy))
+
+    rounds = [threading.Thread(target=noise, args=(i * DEADLINE / 3,)) for i in range(3)]
+    for thread in rounds:
+        thread.start()
+    time.sleep(DEADLINE)  # the noisy rounds hold their threads now, staggered
+    quiet_rounds = []
+    for _ in range(3):
+        quiet_rounds.append(timed_probe(prober, *quiet))
+        time.sleep(DEADLINE / 4)
+    stop.set()
+    for thread in rounds:
+        thread.join(timeout=10 * DEADLINE)
+    prober.close()
+    for result, elapsed in quiet_rounds:
+        assert result["q-1"].is_leader, result["q-1"].reason
+        assert result["q-2"].verdict is ProbeVerdict.NOT_LEADER, result["q-2"].reason
+        assert elapsed < DEADLINE / 2, f"the quiet round waited {elapsed:.3f} s"
+    assert noisy_results
+    for answers in noisy_results:
+        assert {s.reason for s in answers.values()} == {LATE}

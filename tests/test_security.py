@@ -12,6 +12,7 @@ Test design notes:
 from __future__ import annotations
 
 import base64
+import copy
 import hmac
 import ipaddress
 import json
@@ -32,6 +33,7 @@ from werkzeug.test import TestResponse
 from hooks.core.policy import ProbePolicy, describe_ports, parse_networks, parse_ports
 from hooks.core.probing import apply_policy, plan_probes
 from hooks.domain.members import MemberStatus, ProbeTarget
+from hooks.domain.model import ResyncTiming
 from hooks.loaders.envelope import load_sync_request
 from hooks.loaders.jsonbody import bracket_skeleton, nesting_problem
 from hooks.patroni import PatroniProber, target_problem
@@ -679,6 +681,30 @@ def test_too_many_members_is_a_condition_and_nothing_is_probed() -> None:
         "cluster (the hook's PGFH_MAX_MEMBERS); nothing was probed"
     )
     assert "members" not in reply["status"]
+
+
+def test_a_cluster_over_the_members_cap_is_refused_cheaply_and_asked_again_slowly() -> None:
+    """Memory and fairness: a cluster over PGFH_MAX_MEMBERS is not probed, its Pods are
+    not loaded, and it is asked again after the slow ``refused`` resync, not every
+    second (a Pod or spec change brings it back at once anyway)."""
+    timing = ResyncTiming(healthy=1.0, degraded=0.3)
+    settings = HookSettings(probe_policy=ProbePolicy(max_members=2), auth=NO_AUTH, resync=timing)
+    body = sync_body(services=[make_service(pod=f"{CLUSTER}-0")])  # three members
+    request = load_sync_request(copy.deepcopy(body), max_pods=2)
+    assert request.pods == {} and request.pod_count == 3  # not loaded, only counted
+    prober = FakeProber()
+    app = create_app(settings=settings, prober=prober, clock=lambda: NOW)
+    reply = app.test_client().post("/sync", json=body).get_json()
+    assert prober.calls == []
+    assert reply["resyncAfterSeconds"] == timing.refused == 60.0
+    assert conditions(reply)["SpecValid"]["message"].startswith(
+        "spec.primarySelector: matches 3 Pods, more than the 2 members"
+    )
+    assert reply["children"][0]["spec"]["selector"] == service_selector(f"{CLUSTER}-0")
+    # A spec invalid for any other reason is still asked again at the healthy period.
+    broken = copy.deepcopy(body)
+    broken["parent"]["spec"]["healthCheckPath"] = "no-slash"
+    assert app.test_client().post("/sync", json=broken).get_json()["resyncAfterSeconds"] == 1.0
 
 
 def test_a_forged_target_that_reaches_the_prober_directly_is_refused(listener: FakeMember) -> None:

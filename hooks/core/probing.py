@@ -29,10 +29,11 @@ def apply_policy(request: SyncRequest, policy: ProbePolicy) -> SyncRequest:
     spec = request.spec
     if spec is None or request.finalizing:
         return request
-    problems = policy.spec_problems(spec.patroni_port, len(request.pods))
+    count = request.pod_count if request.pod_count is not None else len(request.pods)
+    problems = policy.spec_problems(spec.patroni_port, count)
     if not problems:
         return request
-    return replace(request, spec=None, spec_problems=tuple(problems))
+    return replace(request, spec=None, spec_problems=tuple(problems), refused_by_policy=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -213,11 +213,14 @@ def healthy_resync(
     """``resyncAfterSeconds`` for a routed reply: the period, phase-spread by ``key``.
 
     The period is never below the degraded resync (the operator may have raised it above
-    the CRD's minimum), and the event-driven period is never shorter than the poll
+    the CRD's minimum), a cluster's ``pollSeconds`` never below the operator's floor
+    (``timing.min_poll``), and the event-driven period is never shorter than the poll
     setting. ``key`` is the parent's ``metadata.uid`` (else ``namespace/name``), ``now``
     the clock in seconds: see :func:`spread_resync`.
     """
     poll = spec.switchover.poll_seconds
+    if poll is not None:
+        poll = max(poll, timing.min_poll)  # the operator's floor under a tenant's setting
     period = max(timing.healthy if poll is None else poll, timing.degraded)
     if verdict.event_driven:
         period = max(spec.switchover.event_driven_resync_seconds, period)

@@ -225,6 +225,17 @@ class ResyncTiming:
 
     healthy: float = 1.0
     degraded: float = 0.3
+    #: The floor the operator puts under every cluster's ``spec.switchover.pollSeconds``
+    #: (``PGFH_MIN_POLL_SECONDS``). The CRD lets a PostgreSQLCluster's author ask for 0.3 s;
+    #: a tenant with many clusters would then take more than its share of Metacontroller's
+    #: workers and the hook's threads. 1 s: the default healthy period, which the fleet
+    #: budget of docs/scale.md assumes, and the switchover lag a polled cluster gets anyway.
+    min_poll: float = 1.0
+    #: The resync of a cluster the hook's own limits refuse (more Pods than
+    #: ``PGFH_MAX_MEMBERS``, a Patroni port not allowed), ``PGFH_RESYNC_REFUSED_SECONDS``:
+    #: nothing changes until its Pods or spec do, and either brings a sync at once (watch
+    #: events), so re-reading its large request every second would only cost memory and CPU.
+    refused: float = 60.0
 
 
 # --------------------------------------------------------------------- conditions

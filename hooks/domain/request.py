@@ -53,6 +53,12 @@ class SyncRequest:
     cronjobs: Mapping[str, CronJobChild] | None = None
     #: The parent's status as the last reply (or anyone) wrote it.
     previous: PreviousStatus = field(default_factory=PreviousStatus)
+    #: How many related Pods the request holds, when more than the loader was told to load
+    #: (their number is all a refusal needs); ``None``: every one is in :attr:`pods`.
+    pod_count: int | None = None
+    #: The spec is refused by the hook's own limits (:func:`hooks.core.probing.apply_policy`),
+    #: not by the schema: asked again after ``ResyncTiming.refused``.
+    refused_by_policy: bool = False
     #: The parent's ``apiVersion`` and ``kind`` (an Event's ``regarding``).
     api_version: str = "adg.io/v1alpha1"
     kind: str = "PostgreSQLCluster"

@@ -171,8 +171,13 @@ def check_sync_envelope(body: Mapping[str, Any]) -> Mapping[str, Any]:
 _ABSENT = object()
 
 
-def load_sync_request(body: object) -> SyncRequest:
-    """Check a sync/finalize request body (already JSON-decoded)."""
+def load_sync_request(body: object, *, max_pods: int | None = None) -> SyncRequest:
+    """Check a sync/finalize request body (already JSON-decoded).
+
+    ``max_pods``: more related Pods than that are only counted, not loaded
+    (:attr:`SyncRequest.pod_count`): the hook refuses such a cluster by their number, and
+    loading hundreds of Pods for a refusal would only cost time and memory.
+    """
     if not isinstance(body, Mapping):
         raise RequestError(f"request body must be a JSON object, not {type(body).__name__}")
     try:
@@ -187,7 +192,9 @@ def load_sync_request(body: object) -> SyncRequest:
         raise RequestError(f"invalid sync request: children has no {SERVICE_KEY!r} entry")
     raw = envelope["parent"]
     try:
-        observed = load_observed(children, envelope["related"], raw.get("status"))
+        observed = load_observed(
+            children, envelope["related"], raw.get("status"), max_pods=max_pods
+        )
     except ObservedError as error:
         raise RequestError(f"invalid sync request: {error}") from None
     spec, problems = load_spec(parent["spec"])
@@ -207,6 +214,7 @@ def load_sync_request(body: object) -> SyncRequest:
         slices=observed.slices,
         cronjobs=observed.cronjobs,
         previous=observed.previous,
+        pod_count=observed.pod_count,
         api_version=str(raw.get("apiVersion", "adg.io/v1alpha1")),
         kind=str(raw.get("kind", "PostgreSQLCluster")),
     )

@@ -111,24 +111,34 @@ class Observed:
     pods: dict[str, Pod]
     jobs: dict[str, Job] | None
     previous: PreviousStatus
+    #: The number of related Pods when they were too many to load (``pods`` is empty).
+    pod_count: int | None = None
 
 
 def load_observed(
     children: Mapping[str, Mapping[str, Mapping[str, Any]]],
     related: Mapping[str, Mapping[str, Mapping[str, Any]]],
     status: object,
+    *,
+    max_pods: int | None = None,
 ) -> Observed:
-    """The child groups (with a ``Service.v1`` one), the related groups and the status."""
+    """The child groups (with a ``Service.v1`` one), the related groups and the status.
+
+    More than ``max_pods`` related Pods are counted, not loaded.
+    """
     other = {k: load_children(k, v) for k, v in children.items() if k != SERVICE_KEY}
     jobs = related.get(JOB_KEY)
+    pods = related.get(POD_KEY, {})
+    too_many = max_pods is not None and len(pods) > max_pods
     return Observed(
         services=typed(load_children(SERVICE_KEY, children[SERVICE_KEY]), ServiceChild) or {},
         other_children=other,
         slices=typed(other.get(ENDPOINTSLICE_KEY), SliceChild),
         cronjobs=typed(other.get(CRONJOB_KEY), CronJobChild),
-        pods=load_pods(POD_KEY, related.get(POD_KEY, {})),
+        pods={} if too_many else load_pods(POD_KEY, pods),
         jobs=load_jobs(JOB_KEY, jobs) if jobs is not None else None,
         previous=load_previous_status(status),
+        pod_count=len(pods) if too_many else None,
     )
 
 

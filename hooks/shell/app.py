@@ -15,6 +15,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +27,7 @@ from hooks.loaders.jsonbody import JsonRefused, bounded_loads
 from hooks.patroni import PatroniProber, Prober
 from hooks.shell import metrics
 from hooks.shell.auth import Authenticator
+from hooks.shell.budget import ByteBudget
 from hooks.shell.config import HookSettings
 from hooks.shell.events import EventEmitter, in_cluster_events_api
 from hooks.shell.handler import Deps, Reply, handle_customize, handle_sync
@@ -71,7 +73,8 @@ def create_app(
     authenticator = None if settings.auth.mode == "none" else Authenticator(settings.auth)
     if authenticator is None:
         log.warning("caller authentication is OFF (PGFH_AUTH=none): for development only")
-    views = _Views(Deps(settings, prober, clock, events), authenticator)
+    budget = ByteBudget(settings.max_body_bytes_in_flight)
+    views = _Views(Deps(settings, prober, clock, events), authenticator, budget)
     app = Flask("hooks")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -94,14 +97,32 @@ class _Views:
 
     deps: Deps
     authenticator: Authenticator | None
+    budget: ByteBudget
 
     def sync(self) -> Response:
-        body = _json_body(self.deps.settings.max_json_depth, self.deps.settings.max_request_bytes)
-        return _reply(handle_sync(self.deps, body, request_id=g.request_id, started=g.started))
+        with self._room() as granted:
+            if not granted:
+                return _busy()
+            settings = self.deps.settings
+            body = _json_body(settings.max_json_depth, settings.max_request_bytes)
+            return _reply(handle_sync(self.deps, body, request_id=g.request_id, started=g.started))
 
     def customize(self) -> Response:
-        body = _json_body(self.deps.settings.max_json_depth, self.deps.settings.max_request_bytes)
-        return _reply(handle_customize(body, request_id=g.request_id))
+        with self._room() as granted:
+            if not granted:
+                return _busy()
+            settings = self.deps.settings
+            body = _json_body(settings.max_json_depth, settings.max_request_bytes)
+            return _reply(handle_customize(body, request_id=g.request_id))
+
+    def _room(self) -> AbstractContextManager[bool]:
+        """Room in the byte budget for this body (its Content-Length, else the cap) until
+        the reply is built: the parsed body lives that long (hooks/shell/budget.py)."""
+        settings = self.deps.settings
+        size = request.content_length
+        return self.budget.held(
+            settings.max_request_bytes if size is None else size, settings.probe_deadline
+        )
 
     def readyz(self) -> Response:
         # Not ready while no caller could authenticate: a rollout whose Secret has no
@@ -146,6 +167,16 @@ def _request_id() -> None:
 
 def _echo_request_id(response: Response) -> Response:
     response.headers["X-Request-Id"] = g.get("request_id", "")
+    return response
+
+
+def _busy() -> Response:
+    metrics.BUSY.inc()
+    log.warning("busy: bodies in progress leave no room for this %s call", request.endpoint)
+    response = _reply(
+        Reply({"error": "busy: too many large requests in progress; retry"}, status=503)
+    )
+    response.headers["Retry-After"] = "1"
     return response
 
 

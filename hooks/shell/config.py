@@ -80,8 +80,16 @@ class HookSettings:
     probe_deadline: float = 2.0
     #: Largest Patroni response body we read; Patroni's own answers are about 1 KiB.
     max_probe_body_bytes: int = 64 * 1024
-    #: Largest sync request accepted. Real ones are 20-30 KB; many pods make them larger.
-    max_request_bytes: int = 4 * 1024 * 1024
+    #: Largest sync request accepted (``PGFH_MAX_REQUEST_BYTES``). Unset, it follows the
+    #: members cap (:func:`request_cap`): a cluster the hook would probe always fits, and
+    #: every request thread can hold one at once within the pod's memory limit
+    #: (bench/memory.py measures it).
+    max_request_bytes: int = field(default_factory=lambda: request_cap(ProbePolicy().max_members))
+    #: Bytes of request bodies one worker holds at once (``PGFH_MAX_BODY_BYTES_IN_FLIGHT``;
+    #: unset: 4 × ``max_request_bytes``): the pod's memory bound (hooks/shell/budget.py).
+    max_body_bytes_in_flight: int = field(
+        default_factory=lambda: 4 * request_cap(ProbePolicy().max_members)
+    )
     #: Deepest bracket nesting accepted in a request body. Real requests nest about 15
     #: levels (managedFields inside related Pods); anything far deeper is hostile.
     max_json_depth: int = MAX_JSON_DEPTH
@@ -101,6 +109,13 @@ class HookSettings:
     server_tls: ServerTLS | None = None
     #: TLS towards Patroni members whose spec says ``scheme: https``.
     patroni_tls: PatroniTLS = field(default_factory=PatroniTLS)
+    #: Request threads of each gunicorn worker (``GUNICORN_THREADS``): how many syncs one
+    #: worker runs at once. 16: see docs/scale.md; bench/memory.py for what they cost.
+    request_threads: int = 16
+    #: Pool probes one sync's round may have in flight at once (``PGFH_PROBE_THREADS_PER_ROUND``);
+    #: the pool is this times ``request_threads``, so a round never waits for a thread and
+    #: one cluster's hung members cannot starve another's probes (hooks/patroni.py).
+    probe_threads_per_round: int = 16
     #: Close a caller's keep-alive connection after its n-th request (0: never), so that
     #: the load spreads over the hook pods: see :func:`closes_connection`.
     connection_max_requests: int = 100
@@ -158,6 +173,7 @@ class HookSettings:
             ),
             max_members=count("PGFH_MAX_MEMBERS", default.probe_policy.max_members),
         )
+        max_request = count("PGFH_MAX_REQUEST_BYTES", request_cap(policy.max_members))
         auth, server_tls = _auth_and_tls(env)
         patroni_tls = PatroniTLS(
             ca_file=_path(env, "PGFH_PATRONI_CA_FILE"),
@@ -172,13 +188,20 @@ class HookSettings:
         return cls(
             probe_deadline=number("PGFH_PROBE_DEADLINE_SECONDS", default.probe_deadline),
             max_probe_body_bytes=count("PGFH_MAX_PROBE_BODY_BYTES", default.max_probe_body_bytes),
-            max_request_bytes=count("PGFH_MAX_REQUEST_BYTES", default.max_request_bytes),
+            max_request_bytes=max_request,
+            max_body_bytes_in_flight=count("PGFH_MAX_BODY_BYTES_IN_FLIGHT", 4 * max_request),
             max_json_depth=count("PGFH_MAX_JSON_DEPTH", default.max_json_depth),
             resync=ResyncTiming(
                 healthy=number("PGFH_RESYNC_HEALTHY_SECONDS", default.resync.healthy),
                 degraded=number("PGFH_RESYNC_DEGRADED_SECONDS", default.resync.degraded),
+                min_poll=number("PGFH_MIN_POLL_SECONDS", default.resync.min_poll),
+                refused=number("PGFH_RESYNC_REFUSED_SECONDS", default.resync.refused),
             ),
             probe_policy=policy,
+            request_threads=count("GUNICORN_THREADS", default.request_threads),
+            probe_threads_per_round=count(
+                "PGFH_PROBE_THREADS_PER_ROUND", default.probe_threads_per_round
+            ),
             log_format=log_format,
             log_level=log_level,
             emit_events=_flag(env, "PGFH_EMIT_EVENTS"),
@@ -192,6 +215,27 @@ class HookSettings:
                 else count("PGFH_CONNECTION_MAX_REQUESTS", default.connection_max_requests)
             ),
         )
+
+
+#: What a request holds besides its Pods: the parent, the Services, the read-only
+#: EndpointSlices (one endpoint per member), the CronJob and its recent Jobs.
+REQUEST_BASE_BYTES = 256 * 1024
+#: What one related Pod may take in a request: the recorded Patroni Pods take 6.6 KiB
+#: each (managedFields included); 16 KiB leaves room for larger Pod specs (many
+#: environment variables, sidecars).
+POD_BUDGET_BYTES = 16 * 1024
+
+
+def request_cap(max_members: int) -> int:
+    """The default ``PGFH_MAX_REQUEST_BYTES`` for a members cap: 1.25 MiB for 64 members.
+
+    The two caps go together: a cluster within the members cap always fits (and is
+    probed); one somewhat over it fits too and is refused with a condition (``SpecValid``
+    False, a slow resync), without its Pods being loaded; a request far past it is refused
+    with 413 before it is parsed. The body cap bounds the hook's memory: each request
+    thread may parse one such body at once (bench/memory.py).
+    """
+    return REQUEST_BASE_BYTES + max_members * POD_BUDGET_BYTES
 
 
 def closes_connection(request_number: int, max_requests: int) -> bool:

@@ -31,7 +31,7 @@ _settings = HookSettings.from_env()
 bind = os.environ.get("GUNICORN_BIND", "0.0.0.0:8080")
 # cpu_count() would see the node's CPUs, not the container's limit: be explicit.
 workers = int(os.environ.get("GUNICORN_WORKERS", "2"))
-threads = int(os.environ.get("GUNICORN_THREADS", "16"))
+threads = _settings.request_threads  # GUNICORN_THREADS; the probe pool is sized from it
 worker_class = "gthread"
 timeout = 30
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "20"))

@@ -58,7 +58,8 @@ def handle_sync(deps: Deps, body: object, *, request_id: str, started: float) ->
     ``started`` is when the HTTP call came in (``time.perf_counter``), for the latency metric.
     """
     try:
-        request = apply_policy(load_sync_request(body), deps.settings.probe_policy)
+        policy = deps.settings.probe_policy
+        request = apply_policy(load_sync_request(body, max_pods=policy.max_members), policy)
     except RequestError as error:
         return bad_request("sync", str(error), request_id)
     hook = "finalize" if request.finalizing else "sync"
