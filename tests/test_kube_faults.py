@@ -98,6 +98,7 @@ STANDIN_START = 5.0
 HOOK_DOWN_SECONDS = 30.0
 ETCD_PAUSE_SECONDS = 10.0
 FIRST_IP, ETCD_HOST = 32, "127.0.0.31"
+POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 #: The new Pod IP of test (e): 198.18.0.62 reaches 127.0.0.62, where a forwarder is the
 #: member (no other test uses that address).
 NEW_LOOPBACK = "127.0.0.62"
@@ -482,3 +483,75 @@ def test_a_stale_role_label_by_hand_never_moves_the_service(rig: KubeRig) -> Non
     assert rig.slices.service_deleted == []
     service = rig.rest.get(resource_path("v1", "services", rig.namespace, SERVICE))
     assert service["spec"]["selector"]["statefulset.kubernetes.io/pod-name"] == leader
+
+
+#: The impostor Pods' IPs: 198.18.0.63 and .64 reach 127.0.0.63 and .64, where forwarders
+#: are the replicas they copy (no other test uses these addresses).
+IMPOSTOR_LOOPBACKS = ("127.0.0.63", "127.0.0.64")
+
+
+def test_a_copy_of_a_members_pod_never_gets_the_primary_slice(
+    rig: KubeRig, request: pytest.FixtureRequest
+) -> None:
+    """A Pod that copies a member's labels (``kubectl debug --copy-to … --keep-labels``),
+    created on the real API server, for each replica: ready (its address reaches that very
+    replica), so the endpointslice controller would list it as soon as a selector matches
+    it. The leader stops; whichever replica Patroni elects, a copy carries its pod-name
+    label, so the hook must not move the Service: the slice never lists two addresses
+    (nor the copy's), the status names the copy. Deleting that copy lets the Service move
+    to the new leader within one sync."""
+    cluster, rest, namespace = rig.cluster, rig.rest, rig.namespace
+    old = cluster.leader()
+    assert old is not None
+    replicas = [n for n in cluster.names() if n != old]
+    copies = {name: f"{name}-debug" for name in replicas}
+    copy_ips = {pod_ip(loopback) for loopback in IMPOSTOR_LOOPBACKS}
+    forwarders = [
+        TcpForwarder(loopback, cluster.member(name).ip, (API_PORT, PG_PORT))
+        for name, loopback in zip(replicas, IMPOSTOR_LOOPBACKS, strict=True)
+    ]
+    with contextlib.ExitStack() as stack:
+        for forwarder in forwarders:
+            stack.enter_context(forwarder)
+        stack.callback(_delete_pods, rest, namespace, list(copies.values()))
+        run = stack.enter_context(witnesses(rig))
+        for (name, copy_name), loopback in zip(copies.items(), IMPOSTOR_LOOPBACKS, strict=True):
+            pod = member_pod(copy_name, loopback, namespace)
+            pod["metadata"]["labels"][POD_NAME_LABEL] = name  # the copied label
+            run.members_by_ip[pod_ip(loopback)] = name
+            rest.create(resource_path("v1", "pods", namespace), pod)
+        with cluster.watch_leader(exclude={old}) as watch:
+            cluster.stop_member_gracefully(old, wait=False)
+            election = watch.result(timeout=60)
+        new = election.name
+        impostor = copies[new]
+
+        def refused(status: Mapping[str, Any]) -> bool:
+            return any(
+                c.get("type") == "PrimaryRouted"
+                and c.get("reason") == "SelectorNotUnique"
+                and impostor in c.get("message", "")
+                for c in status.get("conditions") or []
+            )
+
+        wait_status(rig, refused, ONE_SYNC + 5)
+        time.sleep(3 * HEALTHY_RESYNC_MAX)  # more syncs with the copy in place
+        moved = [sel for _, sel in rig.slices.selectors if sel.get(POD_NAME_LABEL) == new]
+        assert moved == [], f"the Service selected {new} while {impostor} existed: {moved}"
+        deleted = time.monotonic()
+        rest.delete(resource_path("v1", "pods", namespace, impostor))
+        converged = _converged(run, election, deleted, ONE_SYNC + SLICE_HOP)
+    check_run(run)
+    listed = [(at, ready) for at, ready in rig.slices.history if copy_ips & set(ready)]
+    assert listed == [], f"a copy's address was listed: {listed}"
+    assert rig.slices.most_ready_at_once() <= 1, rig.slices.history
+    _report(request, "impostor-pod", converged, ONE_SYNC + SLICE_HOP, run, leader=new)
+
+
+def _delete_pods(rest: KubeRest, namespace: str, names: list[str]) -> None:
+    """Whatever is left of the test's Pods (the namespace is the session's)."""
+    for name in names:
+        with contextlib.suppress(Exception):
+            rest.delete(resource_path("v1", "pods", namespace, name))
+    for name in names:
+        wait_gone(rest, resource_path("v1", "pods", namespace, name), 40, f"the Pod {name}")

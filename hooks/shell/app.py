@@ -30,7 +30,7 @@ from hooks.shell.auth import Authenticator
 from hooks.shell.budget import ByteBudget
 from hooks.shell.config import HookSettings
 from hooks.shell.events import EventEmitter, in_cluster_events_api
-from hooks.shell.handler import Deps, Reply, handle_customize, handle_sync
+from hooks.shell.handler import Deps, Reply, answer_sync, handle_customize, load_sync
 from hooks.shell.logs import configure as configure_logging
 
 log = logging.getLogger("hooks.app")
@@ -100,12 +100,18 @@ class _Views:
     budget: ByteBudget
 
     def sync(self) -> Response:
+        # The body is read, decoded and loaded within the byte budget, then let go: the
+        # probe round (up to its deadline) runs with the loaded request only.
         with self._room() as granted:
             if not granted:
                 return _busy()
             settings = self.deps.settings
             body = _json_body(settings.max_json_depth, settings.max_request_bytes)
-            return _reply(handle_sync(self.deps, body, request_id=g.request_id, started=g.started))
+            loaded = load_sync(self.deps, body, request_id=g.request_id)
+            del body
+        if isinstance(loaded, Reply):
+            return _reply(loaded)
+        return _reply(answer_sync(self.deps, loaded, request_id=g.request_id, started=g.started))
 
     def customize(self) -> Response:
         with self._room() as granted:
@@ -116,8 +122,8 @@ class _Views:
             return _reply(handle_customize(body, request_id=g.request_id))
 
     def _room(self) -> AbstractContextManager[bool]:
-        """Room in the byte budget for this body (its Content-Length, else the cap) until
-        the reply is built: the parsed body lives that long (hooks/shell/budget.py)."""
+        """Room in the byte budget for this body (its Content-Length, else the cap) while it
+        is read, decoded and loaded (hooks/shell/budget.py)."""
         settings = self.deps.settings
         size = request.content_length
         return self.budget.held(

@@ -1,18 +1,22 @@
 """The bytes of request bodies one worker process holds at once: its memory bound.
 
-A sync request is parsed into Python objects that take about eight times its size (a
-1.25 MB request of 64 Pods peaked at 10 MiB in bench/memory.py), and they live until the
-reply is written, through the probe round (up to the 2 s deadline). With 16 request
-threads in each of 2 workers, 32 such requests at once needed 437 MiB on a pod limited to
-256 MiB: the kernel would kill the pod and every sync in flight on it. Fewer threads would
-bound the memory, but also the number of syncs waiting on slow members at once, which cost
-almost no memory. So the threads stay, and the *bytes* are bounded instead: a request
-waits (holding only its thread and its socket) until the bodies in progress leave room for
-its own ``Content-Length``, at most ``timeout`` seconds, and is then answered 503 without
-being read: Metacontroller retries it later, with nothing changed.
+A sync request is decoded into Python objects that take many times its size (a 1.27 MB
+request of 64 Pods with large specs peaked at about 25 MiB in bench/memory.py). With 16
+request threads in each of 2 workers, 32 such requests at once needed 446 MiB (993 MiB at
+the former 4 MiB cap) on a pod limited to 256 MiB: the kernel would kill the pod and every
+sync in flight on it. Fewer threads would bound the memory, but also the number of syncs
+waiting on slow members at once, which cost almost no memory. So the threads stay, and the
+*bytes* are bounded instead: a request waits (holding only its thread and its socket) until
+the bodies being read and loaded leave room for its own ``Content-Length``, at most
+``timeout`` seconds, and is then answered 503 unread: Metacontroller retries it later, with
+nothing changed. The budget is held only while the body is read, decoded and loaded (tens
+of milliseconds); the probe round runs with the loaded request, which keeps the children
+and small typed Pods, not the body's bulk. Decoding is CPU work under the GIL, so a worker
+gains nothing from decoding several large bodies at once anyway.
 
 Typical requests (20 to 400 KB) never wait: the default budget
-(``PGFH_MAX_BODY_BYTES_IN_FLIGHT``, 4 × ``PGFH_MAX_REQUEST_BYTES``) holds a dozen of them.
+(``PGFH_MAX_BODY_BYTES_IN_FLIGHT``, 2 × ``PGFH_MAX_REQUEST_BYTES``) holds several of them
+beside the largest one.
 """
 
 from __future__ import annotations

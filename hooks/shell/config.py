@@ -85,10 +85,11 @@ class HookSettings:
     #: every request thread can hold one at once within the pod's memory limit
     #: (bench/memory.py measures it).
     max_request_bytes: int = field(default_factory=lambda: request_cap(ProbePolicy().max_members))
-    #: Bytes of request bodies one worker holds at once (``PGFH_MAX_BODY_BYTES_IN_FLIGHT``;
-    #: unset: 4 × ``max_request_bytes``): the pod's memory bound (hooks/shell/budget.py).
+    #: Bytes of request bodies one worker reads and loads at once
+    #: (``PGFH_MAX_BODY_BYTES_IN_FLIGHT``; unset: 2 × ``max_request_bytes``): the pod's
+    #: memory bound (hooks/shell/budget.py, measured by bench/memory.py).
     max_body_bytes_in_flight: int = field(
-        default_factory=lambda: 4 * request_cap(ProbePolicy().max_members)
+        default_factory=lambda: 2 * request_cap(ProbePolicy().max_members)
     )
     #: Deepest bracket nesting accepted in a request body. Real requests nest about 15
     #: levels (managedFields inside related Pods); anything far deeper is hostile.
@@ -189,7 +190,7 @@ class HookSettings:
             probe_deadline=number("PGFH_PROBE_DEADLINE_SECONDS", default.probe_deadline),
             max_probe_body_bytes=count("PGFH_MAX_PROBE_BODY_BYTES", default.max_probe_body_bytes),
             max_request_bytes=max_request,
-            max_body_bytes_in_flight=count("PGFH_MAX_BODY_BYTES_IN_FLIGHT", 4 * max_request),
+            max_body_bytes_in_flight=count("PGFH_MAX_BODY_BYTES_IN_FLIGHT", 2 * max_request),
             max_json_depth=count("PGFH_MAX_JSON_DEPTH", default.max_json_depth),
             resync=ResyncTiming(
                 healthy=number("PGFH_RESYNC_HEALTHY_SECONDS", default.resync.healthy),

@@ -57,11 +57,28 @@ def handle_sync(deps: Deps, body: object, *, request_id: str, started: float) ->
 
     ``started`` is when the HTTP call came in (``time.perf_counter``), for the latency metric.
     """
+    loaded = load_sync(deps, body, request_id=request_id)
+    if isinstance(loaded, Reply):
+        return loaded
+    return answer_sync(deps, loaded, request_id=request_id, started=started)
+
+
+def load_sync(deps: Deps, body: object, *, request_id: str) -> SyncRequest | Reply:
+    """The first half of :func:`handle_sync`: the request loaded (or a 400 reply).
+
+    Apart so that the app can let go of the decoded body before the probe round: the
+    loaded request keeps what the reply needs (the children as observed, small typed Pods),
+    not the body's bulk (hooks/shell/budget.py).
+    """
     try:
         policy = deps.settings.probe_policy
-        request = apply_policy(load_sync_request(body, max_pods=policy.max_members), policy)
+        return apply_policy(load_sync_request(body, max_pods=policy.max_members), policy)
     except RequestError as error:
         return bad_request("sync", str(error), request_id)
+
+
+def answer_sync(deps: Deps, request: SyncRequest, *, request_id: str, started: float) -> Reply:
+    """The second half of :func:`handle_sync`: probe, decide, observe, reply."""
     hook = "finalize" if request.finalizing else "sync"
     with bound(cluster=request.cluster, request_id=request_id, hook=hook):
         plan = plan_probes(request, deps.settings.probe_policy)
