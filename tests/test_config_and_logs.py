@@ -351,3 +351,12 @@ def test_the_fairness_settings_are_read_and_checked() -> None:
     ):
         with pytest.raises(ValueError, match=name):
             HookSettings.from_env({name: value})
+
+
+def test_the_probe_pool_holds_every_request_threads_round() -> None:
+    from hooks.patroni import PatroniProber
+
+    prober = PatroniProber.from_settings(HookSettings(request_threads=8, probe_threads_per_round=4))
+    assert (prober.threads, prober.round_threads) == (32, 4)
+    default = PatroniProber.from_settings(HookSettings())
+    assert (default.threads, default.round_threads) == (256, 16)

@@ -485,8 +485,8 @@ def test_a_stale_role_label_by_hand_never_moves_the_service(rig: KubeRig) -> Non
     assert service["spec"]["selector"]["statefulset.kubernetes.io/pod-name"] == leader
 
 
-#: The impostor Pods' IPs: 198.18.0.63 and .64 reach 127.0.0.63 and .64, where forwarders
-#: are the replicas they copy (no other test uses these addresses).
+#: The impostor Pods' IPs (198.18.0.63 and .64; nothing listens at 127.0.0.63 and .64, and
+#: no other test uses these addresses).
 IMPOSTOR_LOOPBACKS = ("127.0.0.63", "127.0.0.64")
 
 
@@ -494,31 +494,26 @@ def test_a_copy_of_a_members_pod_never_gets_the_primary_slice(
     rig: KubeRig, request: pytest.FixtureRequest
 ) -> None:
     """A Pod that copies a member's labels (``kubectl debug --copy-to … --keep-labels``),
-    created on the real API server, for each replica: ready (its address reaches that very
-    replica), so the endpointslice controller would list it as soon as a selector matches
-    it. The leader stops; whichever replica Patroni elects, a copy carries its pod-name
-    label, so the hook must not move the Service: the slice never lists two addresses
-    (nor the copy's), the status names the copy. Deleting that copy lets the Service move
-    to the new leader within one sync."""
+    created on the real API server, for each replica: Ready at once (no readiness probe,
+    as such a copy often has), so the endpointslice controller lists it as soon as a
+    selector matches it; no fake Patroni behind it (nothing answers at its address). The
+    leader stops; whichever replica Patroni elects, a copy carries its pod-name label, so
+    the hook must not move the Service: the slice never lists two addresses (nor the
+    copy's), the status names the copy. Deleting that copy lets the Service move to the
+    new leader within one sync."""
     cluster, rest, namespace = rig.cluster, rig.rest, rig.namespace
     old = cluster.leader()
     assert old is not None
     replicas = [n for n in cluster.names() if n != old]
     copies = {name: f"{name}-debug" for name in replicas}
     copy_ips = {pod_ip(loopback) for loopback in IMPOSTOR_LOOPBACKS}
-    forwarders = [
-        TcpForwarder(loopback, cluster.member(name).ip, (API_PORT, PG_PORT))
-        for name, loopback in zip(replicas, IMPOSTOR_LOOPBACKS, strict=True)
-    ]
     with contextlib.ExitStack() as stack:
-        for forwarder in forwarders:
-            stack.enter_context(forwarder)
         stack.callback(_delete_pods, rest, namespace, list(copies.values()))
         run = stack.enter_context(witnesses(rig))
         for (name, copy_name), loopback in zip(copies.items(), IMPOSTOR_LOOPBACKS, strict=True):
             pod = member_pod(copy_name, loopback, namespace)
             pod["metadata"]["labels"][POD_NAME_LABEL] = name  # the copied label
-            run.members_by_ip[pod_ip(loopback)] = name
+            del pod["spec"]["containers"][0]["readinessProbe"]  # Ready once running
             rest.create(resource_path("v1", "pods", namespace), pod)
         with cluster.watch_leader(exclude={old}) as watch:
             cluster.stop_member_gracefully(old, wait=False)
