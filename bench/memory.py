@@ -122,6 +122,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         env["PGFH_MAX_REQUEST_BYTES"] = str(args.max_request_bytes)
     if args.in_flight:
         env["PGFH_MAX_BODY_BYTES_IN_FLIGHT"] = str(args.in_flight)
+    for item in args.env:
+        key, _, value = item.partition("=")
+        env[key] = value
     settings = HookSettings.from_env(env)
     cap = settings.max_request_bytes
     data = padded_body(args.members, args.body_bytes or cap - 1024)
@@ -165,6 +168,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "cap": cap,
         "in_flight": settings.max_body_bytes_in_flight,
         "members": args.members,
+        "env": args.env,
         "concurrency": concurrency,
         "workers": args.workers,
         "threads": args.threads,
@@ -187,7 +191,7 @@ def report(result: dict[str, Any]) -> str:
         f"body {result['body_bytes']:,} bytes (PGFH_MAX_REQUEST_BYTES={result['cap']:,}, "
         f"PGFH_MAX_BODY_BYTES_IN_FLIGHT={result['in_flight']:,}), "
         f"{result['members']} Pods, {result['workers']} workers x {result['threads']} threads "
-        f"= {result['concurrency']} concurrent syncs",
+        f"= {result['concurrency']} concurrent syncs {' '.join(result['env'])}",
         f"replies: {result['ok']} x 200, {result['refused']} x 4xx, {result['busy']} x 503 "
         f"(busy), {result['failed']} failed",
     ]
@@ -218,6 +222,12 @@ def main() -> None:
     parser.add_argument("--max-request-bytes", type=int, default=0, help="0: the hook's default")
     parser.add_argument(
         "--in-flight", type=int, default=0, help="PGFH_MAX_BODY_BYTES_IN_FLIGHT (0: default)"
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        help="KEY=VALUE for the hook (e.g. MALLOC_ARENA_MAX=2)",
     )
     parser.add_argument("--body-bytes", type=int, default=0, help="0: the cap minus 1 KiB")
     parser.add_argument("--duration", type=float, default=10.0)

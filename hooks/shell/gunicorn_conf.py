@@ -23,6 +23,7 @@ from typing import Any
 
 from hooks.shell.config import HookSettings, closes_connection
 from hooks.shell.logs import logging_config
+from hooks.shell.malloc import limit_arenas
 
 # Read (and check) every PGFH_* setting in the master, before any worker forks: a
 # misconfiguration stops the start-up with a message naming the variable.
@@ -76,6 +77,11 @@ def pre_request(worker: Any, req: Any) -> None:
     worker.log.debug("%s %s", req.method, req.path)
     if closes_connection(req.req_number, _settings.connection_max_requests):
         req.must_close = True
+
+
+def post_fork(server: Any, worker: Any) -> None:
+    """Two malloc arenas per worker, before its request threads exist (hooks/shell/malloc.py)."""
+    limit_arenas()
 
 
 def on_starting(server: Any) -> None:
