@@ -10,9 +10,10 @@ STAMP  := $(VENV)/.installed
 
 # The lock: every package at the exact version the tests passed with, with sha256 hashes
 # (CONTRIBUTING.md, "Dependencies and the lock"). test.txt for .venv (tests, demo, CI),
-# runtime.txt for the image. `make lock` re-resolves both from pyproject.toml's ranges.
+# runtime.txt for the image, build.txt (from build.in) for the image's build backend. `make lock` re-resolves both from pyproject.toml's ranges.
 LOCK_TEST    := requirements/test.txt
 LOCK_RUNTIME := requirements/runtime.txt
+LOCK_BUILD   := requirements/build.txt
 UV_COMPILE    = $(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 \
                 --generate-hashes --quiet --custom-compile-command "make lock"
 
@@ -132,6 +133,8 @@ image-tools: ## install debootstrap and buildah (the image tests) when missing a
 lock: $(STAMP) ## re-resolve the lock from pyproject.toml's ranges, reinstall .venv
 	$(UV_COMPILE) --extra test -o $(LOCK_TEST)
 	$(UV_COMPILE) -o $(LOCK_RUNTIME)
+	$(BIN)/uv pip compile requirements/build.in --universal --python-version 3.11 \
+	  --generate-hashes --quiet --custom-compile-command "make lock" -o $(LOCK_BUILD)
 	$(MAKE) venv
 
 image: ## build the image as $(IMAGE): docker when a daemon answers, else buildah or podman

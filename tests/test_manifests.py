@@ -1282,7 +1282,19 @@ def test_dockerfile_final_stage() -> None:
         k == "RUN" and "--require-hashes" in a and "-r requirements/runtime.txt" in a
         for k, a in builder
     ), "dependencies from the lock"
-    assert any(k == "RUN" and "pip install --no-cache-dir --no-deps ." in a for k, a in builder)
+    # The build backend from its own lock, with hashes, and no build isolation (which would
+    # fetch setuptools/wheel unchecked); the project is installed from the wheel built so.
+    assert any(
+        k == "RUN"
+        and "--require-hashes" in a
+        and "-r requirements/build.txt" in a
+        and "pip wheel --no-cache-dir --no-deps --no-build-isolation" in a
+        and "pip install --no-cache-dir --no-deps /tmp/wheel/*.whl" in a
+        for k, a in builder
+    ), "the build backend from the lock"
+    assert not any(
+        k == "RUN" and "pip install --no-cache-dir --no-deps ." in a for k, a in builder
+    ), "no isolated build"
     assert any(k == "RUN" and "compileall" in a for k, a in builder)
     # The host's CA reaches pip as a build secret (never a COPY), only where pip downloads.
     pip_runs = [a for k, a in builder if k == "RUN" and "pip install" in a]
@@ -1307,7 +1319,7 @@ def test_dockerfile_final_stage() -> None:
         "hooks.shell.app:create_app()",
     ]
     assert "CMD" not in final_instructions
-    assert ("EXPOSE", "8080") in final
+    assert ("EXPOSE", "8080 9090") in final
     copies = [a for k, a in final if k in {"COPY", "ADD"}]
     assert copies == ["--from=builder /opt/venv /opt/venv"], "only the venv reaches the image"
     env = " ".join(a for k, a in final if k == "ENV")
