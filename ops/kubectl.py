@@ -46,8 +46,16 @@ class KubectlCluster:
             # the patch carries the new token.
             patch = json.dumps({"data": data})
             self._run(
-                "-n", namespace, "patch", "secret", name, "--type", "merge",
-                "--patch-file", "/dev/stdin", stdin=patch,
+                "-n",
+                namespace,
+                "patch",
+                "secret",
+                name,
+                "--type",
+                "merge",
+                "--patch-file",
+                "/dev/stdin",
+                stdin=patch,
             )
 
     def compositecontrollers(self) -> list[dict[str, Any]]:

@@ -519,31 +519,64 @@ def _service_type_cases() -> list[Case]:
     lb = exposed("LoadBalancer")
     both = (CREATE_SERVICES, USE_LB)
 
-    def refused(label: str, new: dict[str, Any], grants: tuple[Grant, ...], message: str,
-                old: dict[str, Any] | None = None) -> Case:
-        return Case(label, SERVICE_TYPE, "UPDATE" if old else "CREATE", new, old, grants,
-                    False, (message,))
+    def refused(
+        label: str,
+        new: dict[str, Any],
+        grants: tuple[Grant, ...],
+        message: str,
+        old: dict[str, Any] | None = None,
+    ) -> Case:
+        return Case(
+            label, SERVICE_TYPE, "UPDATE" if old else "CREATE", new, old, grants, False, (message,)
+        )
 
     return [
         Case("type-create-clusterip", SERVICE_TYPE, "CREATE", exposed()),
         Case("type-create-lb-both", SERVICE_TYPE, "CREATE", lb, grants=both),
-        Case("type-create-lb-any-type", SERVICE_TYPE, "CREATE", lb,
-             grants=(CREATE_SERVICES, USE_ANY_TYPE)),
-        Case("type-create-nodeport", SERVICE_TYPE, "CREATE", exposed("NodePort"),
-             grants=(CREATE_SERVICES, USE_NODEPORT)),
+        Case(
+            "type-create-lb-any-type",
+            SERVICE_TYPE,
+            "CREATE",
+            lb,
+            grants=(CREATE_SERVICES, USE_ANY_TYPE),
+        ),
+        Case(
+            "type-create-nodeport",
+            SERVICE_TYPE,
+            "CREATE",
+            exposed("NodePort"),
+            grants=(CREATE_SERVICES, USE_NODEPORT),
+        ),
         refused("type-create-lb-nothing-granted", lb, (), no_services("LoadBalancer")),
         refused("type-create-lb-services-only", lb, (CREATE_SERVICES,), no_type("LoadBalancer")),
         refused("type-create-lb-use-only", lb, (USE_LB,), no_services("LoadBalancer")),
-        refused("type-create-lb-nodeport-grant", lb, (CREATE_SERVICES, USE_NODEPORT),
-                no_type("LoadBalancer")),
-        refused("type-create-lb-use-elsewhere", lb, (CREATE_SERVICES, USE_LB_ELSEWHERE),
-                no_type("LoadBalancer")),
-        refused("type-create-lb-services-elsewhere", lb, (CREATE_SERVICES_ELSEWHERE, USE_LB),
-                no_services("LoadBalancer")),
-        refused("type-create-replica-nodeport", exposed(replica={"type": "NodePort"}), both,
-                no_type("NodePort")),
-        Case("type-update-keeps-lb", SERVICE_TYPE, "UPDATE", exposed("LoadBalancer", ports=5433),
-             lb),
+        refused(
+            "type-create-lb-nodeport-grant",
+            lb,
+            (CREATE_SERVICES, USE_NODEPORT),
+            no_type("LoadBalancer"),
+        ),
+        refused(
+            "type-create-lb-use-elsewhere",
+            lb,
+            (CREATE_SERVICES, USE_LB_ELSEWHERE),
+            no_type("LoadBalancer"),
+        ),
+        refused(
+            "type-create-lb-services-elsewhere",
+            lb,
+            (CREATE_SERVICES_ELSEWHERE, USE_LB),
+            no_services("LoadBalancer"),
+        ),
+        refused(
+            "type-create-replica-nodeport",
+            exposed(replica={"type": "NodePort"}),
+            both,
+            no_type("NodePort"),
+        ),
+        Case(
+            "type-update-keeps-lb", SERVICE_TYPE, "UPDATE", exposed("LoadBalancer", ports=5433), lb
+        ),
         Case("type-update-lb-to-clusterip", SERVICE_TYPE, "UPDATE", exposed(), lb),
         refused("type-update-clusterip-to-lb", lb, (), no_services("LoadBalancer"), exposed()),
         refused("type-update-lb-to-nodeport", exposed("NodePort"), both, no_type("NodePort"), lb),
@@ -553,27 +586,50 @@ def _service_type_cases() -> list[Case]:
 
 
 def _annotation_cases() -> list[Case]:
-    def refused(label: str, new: dict[str, Any], key: str,
-                old: dict[str, Any] | None = None) -> Case:
-        return Case(label, ANNOTATIONS, "UPDATE" if old else "CREATE", new, old, (), False,
-                    (unlisted(key),))
+    def refused(
+        label: str, new: dict[str, Any], key: str, old: dict[str, Any] | None = None
+    ) -> Case:
+        return Case(
+            label, ANNOTATIONS, "UPDATE" if old else "CREATE", new, old, (), False, (unlisted(key),)
+        )
 
     legacy = exposed(annotations={UNLISTED: "db.example.com"})
     return [
         Case("annotations-create-none", ANNOTATIONS, "CREATE", exposed()),
-        Case("annotations-create-listed", ANNOTATIONS, "CREATE",
-             exposed(annotations={LISTED: "true"})),
-        refused("annotations-create-unlisted", exposed(annotations={UNLISTED: "db.example.com"}),
-                UNLISTED),
-        refused("annotations-create-lookalike-prefix",
-                exposed(annotations={"service.beta.kubernetes.io.evil.example/x": "y"}),
-                "service.beta.kubernetes.io.evil.example/x"),
-        refused("annotations-create-replica-unlisted",
-                exposed(replica={"annotations": {UNLISTED: "ro.example.com"}}), UNLISTED),
-        Case("annotations-update-keeps-unlisted", ANNOTATIONS, "UPDATE",
-             exposed(annotations={UNLISTED: "db.example.com", LISTED: "true"}), legacy),
-        refused("annotations-update-changes-unlisted",
-                exposed(annotations={UNLISTED: "attacker.example.com"}), UNLISTED, legacy),
+        Case(
+            "annotations-create-listed",
+            ANNOTATIONS,
+            "CREATE",
+            exposed(annotations={LISTED: "true"}),
+        ),
+        refused(
+            "annotations-create-unlisted",
+            exposed(annotations={UNLISTED: "db.example.com"}),
+            UNLISTED,
+        ),
+        refused(
+            "annotations-create-lookalike-prefix",
+            exposed(annotations={"service.beta.kubernetes.io.evil.example/x": "y"}),
+            "service.beta.kubernetes.io.evil.example/x",
+        ),
+        refused(
+            "annotations-create-replica-unlisted",
+            exposed(replica={"annotations": {UNLISTED: "ro.example.com"}}),
+            UNLISTED,
+        ),
+        Case(
+            "annotations-update-keeps-unlisted",
+            ANNOTATIONS,
+            "UPDATE",
+            exposed(annotations={UNLISTED: "db.example.com", LISTED: "true"}),
+            legacy,
+        ),
+        refused(
+            "annotations-update-changes-unlisted",
+            exposed(annotations={UNLISTED: "attacker.example.com"}),
+            UNLISTED,
+            legacy,
+        ),
         Case("annotations-update-removes", ANNOTATIONS, "UPDATE", exposed(), legacy),
     ]
 

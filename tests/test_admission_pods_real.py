@@ -136,9 +136,9 @@ def _tenant(plane: ControlPlane, admin: KubeRest, user: str, namespaces: tuple[s
         _wait(
             f"RBAC lets {user} write Pods in {namespace}",
             lambda review=review: bool(
-                admin.create(
-                    "/apis/authorization.k8s.io/v1/subjectaccessreviews", review
-                )["status"].get("allowed")
+                admin.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", review)[
+                    "status"
+                ].get("allowed")
             ),
         )
 
@@ -201,8 +201,9 @@ def assert_refused(outcome: tuple[int, str], name: str, label: str) -> None:
 
 def test_an_intruder_pod_with_the_leaders_label_is_refused(env: Env) -> None:
     """The issue's attack: a second Pod labelled like the leader."""
-    assert_refused(env.create(env.enforced, pod("pg-orders-9", "pg-orders-1")), "pg-orders-9",
-                   "pg-orders-1")
+    assert_refused(
+        env.create(env.enforced, pod("pg-orders-9", "pg-orders-1")), "pg-orders-9", "pg-orders-1"
+    )
 
 
 def test_a_pod_whose_label_is_its_own_name_is_admitted(env: Env) -> None:

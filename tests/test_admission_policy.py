@@ -32,7 +32,14 @@ from celpy import celtypes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.admission_cases import ANNOTATIONS, BACKUP_CASES, LISTS, SERVICE_CASES, SERVICE_TYPE, Case
+from tests.admission_cases import (
+    ANNOTATIONS,
+    BACKUP_CASES,
+    LISTS,
+    SERVICE_CASES,
+    SERVICE_TYPE,
+    Case,
+)
 from tests.manifest_helpers import find, rendered
 
 NAMESPACE = "databases"
@@ -157,9 +164,7 @@ def policies() -> dict[str, dict[str, Any]]:
 
 def bindings() -> dict[str, dict[str, Any]]:
     objects = copy.deepcopy(_rendered_base())
-    return {
-        name: find(objects, "ValidatingAdmissionPolicyBinding", name) for name in POLICIES
-    }
+    return {name: find(objects, "ValidatingAdmissionPolicyBinding", name) for name in POLICIES}
 
 
 def _matches(policy: Mapping[str, Any], request: Request) -> bool:
@@ -653,4 +658,6 @@ def test_the_annotation_list_switches_off_without_its_configmap() -> None:
     assert not admit(policy, request, (), shipped_annotation_list()).allowed
     assert admit(policy, request, (), None).allowed  # parameterNotFoundAction: Allow
     assert not admit(policy, request, (), {"data": {}}).allowed  # an empty list: no key
-    assert admit(policy, request, (), {"data": {"dns": "external-dns.alpha.kubernetes.io/"}}).allowed
+    assert admit(
+        policy, request, (), {"data": {"dns": "external-dns.alpha.kubernetes.io/"}}
+    ).allowed

@@ -7,10 +7,11 @@ Test design notes:
   where the two disagreed the server was taken as right (the emulation now reports the first
   failed validation only, as the server does).
 * The policies are the rendered ones (deploy/ for the backup and spec.service policies, with
-  the shipped annotation allow-list ConfigMap; deploy/sharding/ for the shard label), applied after metacontroller/crd.yaml. Their bindings are applied as
-  rendered plus a ``namespaceSelector`` on this run's namespaces (and a run-specific name), so
-  the shard policy does not refuse other tests' unlabelled PostgreSQLClusters on the shared
-  control plane; the policies' expressions, failure policy, validation actions and paramRef
+  the shipped annotation allow-list ConfigMap; deploy/sharding/ for the shard label),
+  applied after metacontroller/crd.yaml. Their bindings are applied as rendered plus a
+  ``namespaceSelector`` on this run's namespaces (and a run-specific name), so the shard
+  policy does not refuse other tests' unlabelled PostgreSQLClusters on the shared control
+  plane; the policies' expressions, failure policy, validation actions and paramRef
   are exactly what ships.
 * Every user is a client-certificate user with real Roles and RoleBindings: may edit
   PostgreSQLClusters in the namespace, plus the case's grants (create CronJobs, get one
@@ -49,9 +50,9 @@ from tests.admission_cases import (
     NAMESPACE,
     NO_LIST,
     OTHER_NAMESPACE,
-    SHARD,
     SERVICE_CASES,
     SERVICE_TYPE,
+    SHARD,
     SHARD_CASES,
     UNLISTED,
     Case,

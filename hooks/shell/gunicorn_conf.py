@@ -31,7 +31,6 @@ from hooks.shell.logs import logging_config
 _settings = HookSettings.from_env()
 
 
-
 def wildcard(port: int) -> str:
     """``[::]:port`` (dual-stack: IPv6 and IPv4, Linux's default bindv6only=0) where the host
     has IPv6, else ``0.0.0.0:port``: IPv6-only clusters reach the hook, IPv4-only hosts
@@ -43,7 +42,7 @@ def wildcard(port: int) -> str:
             return f"[::]:{port}"
         except OSError:
             pass
-    return f"0.0.0.0:{port}"  # noqa: S104 - the hook serves the cluster network
+    return f"0.0.0.0:{port}"
 
 
 # The sync port (/sync, /customize): Metacontroller only (deploy/base/networkpolicy.yaml).

@@ -22,6 +22,7 @@ which is served by threads of its own in every worker:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
@@ -64,7 +65,7 @@ def listen(bind: str, backlog: int = 64) -> socket.socket:
                 )
             except OSError as error:
                 log.warning("no IPv6 listener on [::]:%d (%s): IPv4 only", port, error)
-        host = "0.0.0.0"  # noqa: S104 - the wildcard was asked for
+        host = "0.0.0.0"
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     return socket.create_server((host, port), family=family, backlog=backlog)
 
@@ -84,7 +85,7 @@ def only_ops_paths(app: WsgiApp) -> WsgiApp:
 class _Handler(WSGIRequestHandler):
     """One request per connection (wsgiref speaks HTTP/1.0); no access log line per probe."""
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
+    def log_message(self, format: str, *args: Any) -> None:
         return
 
 
@@ -142,10 +143,8 @@ class OpsServer(ThreadingMixIn, WSGIServer):
 
 def _cut(connection: socket.socket) -> None:
     """The deadline passed: end the connection (the handler's read or write then fails)."""
-    try:
+    with contextlib.suppress(OSError):
         connection.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
 
 
 def serve(listener: socket.socket, app: WsgiApp) -> BaseServer:
