@@ -73,11 +73,11 @@ def listen(bind: str, backlog: int = 64) -> socket.socket:
 def only_ops_paths(app: WsgiApp) -> WsgiApp:
     """``app`` restricted to ``GET`` of :data:`PATHS`."""
 
-    def restricted(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") not in PATHS or environ.get("REQUEST_METHOD") != "GET":
+    def restricted(request: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if request.get("PATH_INFO") not in PATHS or request.get("REQUEST_METHOD") != "GET":
             start_response("404 Not Found", [("Content-Type", "application/json")])
             return [b'{"error": "not found"}']
-        return app(environ, start_response)
+        return app(request, start_response)
 
     return restricted
 
