@@ -26,7 +26,7 @@ import pytest
 import requests
 
 from hooks.shell import ops
-from standin.gunicorn import GunicornHook, gunicorn_hook
+from standin.gunicorn import GunicornHook, free_port, gunicorn_hook
 from tests.test_gunicorn import EPHEMERAL_PORTS, sync_body
 
 pytestmark = pytest.mark.gunicorn
@@ -120,7 +120,7 @@ def test_metrics_on_the_operations_port_count_the_sync_ports_requests(hook: Guni
     assert "pgfh_" in text
 
 
-def test_listen_falls_back_to_ipv4_and_parses_addresses(tmp_path: Path) -> None:
+def test_listen_parses_addresses_and_listens_dual_stack(tmp_path: Path) -> None:
     assert ops.parse_bind("[::]:9090") == ("::", 9090)
     assert ops.parse_bind("127.0.0.1:1") == ("127.0.0.1", 1)
     with pytest.raises(ValueError, match="host:port"):
@@ -131,3 +131,37 @@ def test_listen_falls_back_to_ipv4_and_parses_addresses(tmp_path: Path) -> None:
             port = listener.getsockname()[1]
             with socket.create_connection(("127.0.0.1", port), timeout=2):
                 pass
+
+
+def test_the_default_binds_are_dual_stack(tmp_path: Path) -> None:
+    """[::] on both ports: IPv4 and IPv6 clients reach /sync's port and the operations port."""
+    if not socket.has_ipv6:
+        pytest.skip("this host has no IPv6: the fallback to 0.0.0.0 is tested below")
+    from hooks.shell.gunicorn_conf import wildcard
+
+    assert wildcard(8080) == "[::]:8080"
+    port, ops_port = free_port(), free_port()
+    env = {
+        **EPHEMERAL_PORTS,
+        "GUNICORN_BIND": wildcard(port),
+        "GUNICORN_OPS_BIND": wildcard(ops_port),
+    }
+    with gunicorn_hook(tmp_path, env=env, port=port, workers=1, threads=2) as running:
+        for host in ("127.0.0.1", "[::1]"):
+            url = f"http://{host}:{port}/sync"
+            assert (
+                requests.post(url, json=sync_body(), timeout=5, headers=running.headers).status_code
+                == 200
+            )
+            assert requests.get(f"http://{host}:{ops_port}/readyz", timeout=5).status_code == 200
+
+
+def test_without_ipv6_the_default_bind_is_ipv4(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hooks.shell import gunicorn_conf
+
+    class NoIPv6:
+        def __init__(self, *args: object) -> None:
+            raise OSError(97, "Address family not supported by protocol")
+
+    monkeypatch.setattr(gunicorn_conf.socket, "socket", NoIPv6)
+    assert gunicorn_conf.wildcard(8080) == "0.0.0.0:8080"
