@@ -62,15 +62,16 @@ demo: $(STAMP) controlplane ## a real Patroni cluster as Pods on the real contro
 # is generated once into .venv (git-ignored, mode 0600) and printed with a ready curl line.
 SERVE_TOKEN ?= $(VENV)/serve-token
 SERVE_BIND  ?= 127.0.0.1:8080
+SERVE_OPS_BIND ?= 127.0.0.1:9090
 SERVE_REQUEST := tests/fixtures/metacontroller/customize-request.json
 
 $(SERVE_TOKEN): | $(STAMP)
 	umask 077 && $(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(32))' > $@
 
-serve: $(STAMP) $(SERVE_TOKEN) ## run the hook under gunicorn on 127.0.0.1:8080 (SERVE_BIND) with a local token, printed with a curl line
+serve: $(STAMP) $(SERVE_TOKEN) ## run the hook under gunicorn on 127.0.0.1:8080 (SERVE_BIND; health and metrics on 127.0.0.1:9090, SERVE_OPS_BIND) with a local token, printed with a curl line
 	@echo "caller token (PGFH_AUTH_TOKENS_PATH=$(SERVE_TOKEN)): $$(cat $(SERVE_TOKEN))"
 	@echo "try:  curl -sS -H \"Authorization: Bearer $$(cat $(SERVE_TOKEN))\" -H 'Content-Type: application/json' --data @$(SERVE_REQUEST) http://$(SERVE_BIND)/customize"
-	PGFH_AUTH_TOKENS_PATH=$(SERVE_TOKEN) GUNICORN_BIND=$(SERVE_BIND) \
+	PGFH_AUTH_TOKENS_PATH=$(SERVE_TOKEN) GUNICORN_BIND=$(SERVE_BIND) GUNICORN_OPS_BIND=$(SERVE_OPS_BIND) \
 	  $(BIN)/gunicorn -c python:hooks.shell.gunicorn_conf 'hooks.shell.app:create_app()'
 
 CODE := $(wildcard hooks tests standin devcluster controlplane bench demo ops)
