@@ -54,13 +54,22 @@ COPY pyproject.toml README.md LICENSE ./
 # from pyproject.toml's [project.scripts] is removed below.
 COPY hooks ./hooks
 
-# A regular (non-editable) install of the project alone (its dependencies are in already), then
-# byte-compile everything: the root filesystem is read-only at run time, so Python could not
-# write .pyc files there. unchecked-hash .pyc files stay valid whatever the files' mtimes.
-# pip fetches the build backend (pyproject.toml's build-system) here: the same optional CA.
+# The build backend (pyproject.toml's build-system: setuptools, wheel) from its own lock,
+# requirements/build.txt, with hashes, into a venv of its own that the image never ships:
+# pip's default build isolation would fetch whatever versions PyPI serves, unchecked. The
+# project is built into a wheel there without isolation, and that wheel alone (its
+# dependencies are in already) is installed. Then byte-compile everything: the root filesystem
+# is read-only at run time, so Python could not write .pyc files there. unchecked-hash .pyc
+# files stay valid whatever the files' mtimes. The same optional CA as above.
+COPY requirements/build.txt ./requirements/
 RUN --mount=type=secret,id=pipcert,target=/run/secrets/pipcert \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
-    && pip install --no-cache-dir --no-deps . \
+    && python -m venv /opt/build \
+    && /opt/build/bin/pip install --no-cache-dir --require-hashes --no-deps \
+       -r requirements/build.txt \
+    && /opt/build/bin/pip wheel --no-cache-dir --no-deps --no-build-isolation -w /tmp/wheel . \
+    && pip install --no-cache-dir --no-deps /tmp/wheel/*.whl \
+    && rm -r /tmp/wheel /opt/build \
     && rm /opt/venv/bin/kubectl-pgfh \
     && python -m compileall -q -f -j 0 --invalidation-mode unchecked-hash /opt/venv
 
@@ -84,7 +93,8 @@ COPY --from=builder /opt/venv /opt/venv
 
 USER 10001:10001
 WORKDIR /tmp
-EXPOSE 8080
+# 8080: Metacontroller's /sync and /customize; 9090: /healthz, /readyz, /metrics.
+EXPOSE 8080 9090
 
 # Exec form: gunicorn is PID 1 and receives SIGTERM directly. Bind address, workers/threads
 # (GUNICORN_WORKERS, GUNICORN_THREADS), graceful_timeout and worker_tmp_dir come from the

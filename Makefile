@@ -10,9 +10,10 @@ STAMP  := $(VENV)/.installed
 
 # The lock: every package at the exact version the tests passed with, with sha256 hashes
 # (CONTRIBUTING.md, "Dependencies and the lock"). test.txt for .venv (tests, demo, CI),
-# runtime.txt for the image. `make lock` re-resolves both from pyproject.toml's ranges.
+# runtime.txt for the image, build.txt (from build.in) for the image's build backend. `make lock` re-resolves both from pyproject.toml's ranges.
 LOCK_TEST    := requirements/test.txt
 LOCK_RUNTIME := requirements/runtime.txt
+LOCK_BUILD   := requirements/build.txt
 UV_COMPILE    = $(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 \
                 --generate-hashes --quiet --custom-compile-command "make lock"
 
@@ -61,15 +62,16 @@ demo: $(STAMP) controlplane ## a real Patroni cluster as Pods on the real contro
 # is generated once into .venv (git-ignored, mode 0600) and printed with a ready curl line.
 SERVE_TOKEN ?= $(VENV)/serve-token
 SERVE_BIND  ?= 127.0.0.1:8080
+SERVE_OPS_BIND ?= 127.0.0.1:9090
 SERVE_REQUEST := tests/fixtures/metacontroller/customize-request.json
 
 $(SERVE_TOKEN): | $(STAMP)
 	umask 077 && $(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(32))' > $@
 
-serve: $(STAMP) $(SERVE_TOKEN) ## run the hook under gunicorn on 127.0.0.1:8080 (SERVE_BIND) with a local token, printed with a curl line
+serve: $(STAMP) $(SERVE_TOKEN) ## run the hook under gunicorn on 127.0.0.1:8080 (SERVE_BIND; health and metrics on 127.0.0.1:9090, SERVE_OPS_BIND) with a local token, printed with a curl line
 	@echo "caller token (PGFH_AUTH_TOKENS_PATH=$(SERVE_TOKEN)): $$(cat $(SERVE_TOKEN))"
 	@echo "try:  curl -sS -H \"Authorization: Bearer $$(cat $(SERVE_TOKEN))\" -H 'Content-Type: application/json' --data @$(SERVE_REQUEST) http://$(SERVE_BIND)/customize"
-	PGFH_AUTH_TOKENS_PATH=$(SERVE_TOKEN) GUNICORN_BIND=$(SERVE_BIND) \
+	PGFH_AUTH_TOKENS_PATH=$(SERVE_TOKEN) GUNICORN_BIND=$(SERVE_BIND) GUNICORN_OPS_BIND=$(SERVE_OPS_BIND) \
 	  $(BIN)/gunicorn -c python:hooks.shell.gunicorn_conf 'hooks.shell.app:create_app()'
 
 CODE := $(wildcard hooks tests standin devcluster controlplane bench demo ops)
@@ -132,6 +134,8 @@ image-tools: ## install debootstrap and buildah (the image tests) when missing a
 lock: $(STAMP) ## re-resolve the lock from pyproject.toml's ranges, reinstall .venv
 	$(UV_COMPILE) --extra test -o $(LOCK_TEST)
 	$(UV_COMPILE) -o $(LOCK_RUNTIME)
+	$(BIN)/uv pip compile requirements/build.in --universal --python-version 3.11 \
+	  --generate-hashes --quiet --custom-compile-command "make lock" -o $(LOCK_BUILD)
 	$(MAKE) venv
 
 image: ## build the image as $(IMAGE): docker when a daemon answers, else buildah or podman

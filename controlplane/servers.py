@@ -10,7 +10,8 @@ port only, RBAC, client certificates from our own CA, ServiceAccount issuer and 
 ``--endpoint-reconciler-type=none`` (kwok's choice: the apiserver's own endpoint would be a
 loopback address, which Endpoints validation refuses). kube-controller-manager runs only the
 controllers a kubelet-less machine can honour: EndpointSlices (the slices clients follow),
-the garbage collector (owner references), namespaces and ServiceAccounts with their tokens.
+the garbage collector (owner references), namespaces and ServiceAccounts with their tokens,
+and StatefulSets (their Pods stay Pending without a kubelet).
 node-lifecycle and pod-gc are left out: without a kubelet they would mark every Pod NotReady
 or delete it.
 
@@ -48,6 +49,9 @@ CONTROLLERS = (
     "namespace-controller",
     "serviceaccount-controller",
     "serviceaccount-token-controller",
+    # Only acts on StatefulSets, which no test creates except tests/test_admission_pods_real.py
+    # (the admission policy must admit the controller's own Pods).
+    "statefulset-controller",
 )
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"

@@ -42,8 +42,21 @@ class KubectlCluster:
         data: dict[str, str | None] = {k: base64.b64encode(v).decode() for k, v in put.items()}
         data.update({k: None for k in remove})  # null removes a key in a merge patch
         if data:
+            # On stdin, never on the command line: /proc/<pid>/cmdline is world-readable and
+            # the patch carries the new token.
             patch = json.dumps({"data": data})
-            self._run("-n", namespace, "patch", "secret", name, "--type", "merge", "-p", patch)
+            self._run(
+                "-n",
+                namespace,
+                "patch",
+                "secret",
+                name,
+                "--type",
+                "merge",
+                "--patch-file",
+                "/dev/stdin",
+                stdin=patch,
+            )
 
     def compositecontrollers(self) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = json.loads(

@@ -45,6 +45,8 @@ class GunicornHook:
     tokens_dir: Path | None = None
     #: For https: the CA file that verifies the hook's certificate.
     verify: str | bool = field(default=True)
+    #: The operations port (/healthz, /readyz, /metrics; plain HTTP), ``""`` when off.
+    ops_url: str = ""
 
     @property
     def headers(self) -> dict[str, str]:
@@ -95,6 +97,7 @@ def gunicorn_hook(
     "every hook pod down, then back").
     """
     port = port or free_port()
+    ops_port = free_port()
     metrics_dir = workdir / "metrics"
     log_path = workdir / "gunicorn.log"
     env = dict(env or {})
@@ -109,6 +112,7 @@ def gunicorn_hook(
     environment = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("PGFH_", "GUNICORN_"))},
         "GUNICORN_BIND": f"127.0.0.1:{port}",
+        "GUNICORN_OPS_BIND": f"127.0.0.1:{ops_port}",
         "GUNICORN_WORKERS": str(workers),
         "GUNICORN_THREADS": str(threads),
         "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
@@ -137,6 +141,11 @@ def gunicorn_hook(
         token=token,
         tokens_dir=tokens_dir,
         verify=verify,
+        ops_url=(
+            ""
+            if environment["GUNICORN_OPS_BIND"] == "off"
+            else f"http://{environment['GUNICORN_OPS_BIND']}"
+        ),
     )
     try:
         with serving(hook, ready_timeout):

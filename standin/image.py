@@ -404,6 +404,7 @@ def image_hook(
         token = secrets.token_urlsafe(32)
     rig_env = {
         "GUNICORN_BIND": f"127.0.0.1:{port}",
+        "GUNICORN_OPS_BIND": f"127.0.0.1:{free_port()}",
         "GUNICORN_WORKERS": str(workers),
         "GUNICORN_THREADS": str(threads),
         # The local Patroni cluster and the fakes are on loopback (as gunicorn_hook says).

@@ -42,7 +42,7 @@ BASE_REPOSITORY = "localhost/pgfh-standin-base"
 IMAGE_REPOSITORY = "localhost/pg-failover-hook-test"
 #: What the image build reads: the Dockerfile and what .dockerignore lets into the context.
 BUILD_INPUTS = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md", "LICENSE")
-BUILD_INPUT_DIRS = ("requirements/runtime.txt", "hooks")
+BUILD_INPUT_DIRS = ("requirements/runtime.txt", "requirements/build.txt", "hooks")
 #: How long the slow steps may take at most (a cold debootstrap takes ~1.5 min here).
 DEBOOTSTRAP_TIMEOUT = 900.0
 BUILD_TIMEOUT = 900.0

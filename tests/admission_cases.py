@@ -25,6 +25,8 @@ AUTHORITY = "pg-failover-hook-backup-authority"
 IMAGES = "pg-failover-hook-backup-images"
 SHARD = "pg-failover-hook-shard-label"
 SHARD_LABEL = "pg-failover-hook.adg.io/shard"
+SERVICE_TYPE = "pg-failover-hook-service-type"
+ANNOTATIONS = "pg-failover-hook-service-annotations"
 
 Grant = tuple[str, str, str, str, "str | None"]
 
@@ -301,7 +303,10 @@ def _authority_cases() -> list[Case]:
         for step in path[:-1]:
             target = target[step]
         target[path[-1]] = value
-        cases.append(Case(f"leave-backup-alone-{label}", AUTHORITY, "UPDATE", new, old))
+        # A LoadBalancer needs its own grants (pg-failover-hook-service-type), none of the
+        # backup policy's.
+        grants = (CREATE_SERVICES, USE_LB) if label == "service-type" else ()
+        cases.append(Case(f"leave-backup-alone-{label}", AUTHORITY, "UPDATE", new, old, grants))
     cases += [
         Case("remove-backup", AUTHORITY, "UPDATE", cluster(), cluster(BACKUP)),
         Case("status-write", AUTHORITY, "UPDATE", cluster(BACKUP), cluster(), status=True),
@@ -461,9 +466,184 @@ def _shard_cases() -> list[Case]:
     ]
 
 
-CASES: list[Case] = _authority_cases() + _image_cases() + _shard_cases()
+CREATE_SERVICES: Grant = ("create", "", "services", NAMESPACE, None)
+USE_LB: Grant = ("use", "adg.io", "servicetypes", NAMESPACE, "LoadBalancer")
+USE_NODEPORT: Grant = ("use", "adg.io", "servicetypes", NAMESPACE, "NodePort")
+USE_ANY_TYPE: Grant = ("use", "adg.io", "servicetypes", NAMESPACE, None)
+USE_LB_ELSEWHERE: Grant = ("use", "adg.io", "servicetypes", OTHER_NAMESPACE, "LoadBalancer")
+CREATE_SERVICES_ELSEWHERE: Grant = ("create", "", "services", OTHER_NAMESPACE, None)
+#: The annotation allow-list the cases run with: the ConfigMap deploy/base ships.
+LISTED = "service.beta.kubernetes.io/aws-load-balancer-internal"
+UNLISTED = "external-dns.alpha.kubernetes.io/hostname"
+
+
+def no_services(kind: str) -> str:
+    return (
+        f"a {kind} Service makes Metacontroller create it in namespace databases, and alice "
+        "may not create Services there"
+    )
+
+
+def no_type(kind: str) -> str:
+    return (
+        f"a {kind} Service exposes the database outside the cluster, and alice may not use "
+        f"servicetypes.adg.io/{kind} in namespace databases"
+    )
+
+
+def unlisted(key: str) -> str:
+    return (
+        f"Service annotation {key} is not on the allow-list "
+        "(ConfigMap pg-failover-hook/pg-failover-hook-service-annotations)"
+    )
+
+
+def exposed(
+    kind: str = "ClusterIP",
+    annotations: Mapping[str, str] | None = None,
+    replica: Mapping[str, Any] | None = None,
+    ports: int = 5432,
+) -> dict[str, Any]:
+    """A cluster whose spec.service has ``kind`` and ``annotations``; ``replica``: its
+    spec.replicaService (besides its name)."""
+    service: dict[str, Any] = {"type": kind, "ports": [{"name": "postgresql", "port": ports}]}
+    if annotations is not None:
+        service["annotations"] = dict(annotations)
+    spec: dict[str, Any] = {"service": service}
+    if replica is not None:
+        spec["replicaService"] = {"name": "pg-orders-replicas", **replica}
+    return cluster(**spec)
+
+
+def _service_type_cases() -> list[Case]:
+    lb = exposed("LoadBalancer")
+    both = (CREATE_SERVICES, USE_LB)
+
+    def refused(
+        label: str,
+        new: dict[str, Any],
+        grants: tuple[Grant, ...],
+        message: str,
+        old: dict[str, Any] | None = None,
+    ) -> Case:
+        return Case(
+            label, SERVICE_TYPE, "UPDATE" if old else "CREATE", new, old, grants, False, (message,)
+        )
+
+    return [
+        Case("type-create-clusterip", SERVICE_TYPE, "CREATE", exposed()),
+        Case("type-create-lb-both", SERVICE_TYPE, "CREATE", lb, grants=both),
+        Case(
+            "type-create-lb-any-type",
+            SERVICE_TYPE,
+            "CREATE",
+            lb,
+            grants=(CREATE_SERVICES, USE_ANY_TYPE),
+        ),
+        Case(
+            "type-create-nodeport",
+            SERVICE_TYPE,
+            "CREATE",
+            exposed("NodePort"),
+            grants=(CREATE_SERVICES, USE_NODEPORT),
+        ),
+        refused("type-create-lb-nothing-granted", lb, (), no_services("LoadBalancer")),
+        refused("type-create-lb-services-only", lb, (CREATE_SERVICES,), no_type("LoadBalancer")),
+        refused("type-create-lb-use-only", lb, (USE_LB,), no_services("LoadBalancer")),
+        refused(
+            "type-create-lb-nodeport-grant",
+            lb,
+            (CREATE_SERVICES, USE_NODEPORT),
+            no_type("LoadBalancer"),
+        ),
+        refused(
+            "type-create-lb-use-elsewhere",
+            lb,
+            (CREATE_SERVICES, USE_LB_ELSEWHERE),
+            no_type("LoadBalancer"),
+        ),
+        refused(
+            "type-create-lb-services-elsewhere",
+            lb,
+            (CREATE_SERVICES_ELSEWHERE, USE_LB),
+            no_services("LoadBalancer"),
+        ),
+        refused(
+            "type-create-replica-nodeport",
+            exposed(replica={"type": "NodePort"}),
+            both,
+            no_type("NodePort"),
+        ),
+        Case(
+            "type-update-keeps-lb", SERVICE_TYPE, "UPDATE", exposed("LoadBalancer", ports=5433), lb
+        ),
+        Case("type-update-lb-to-clusterip", SERVICE_TYPE, "UPDATE", exposed(), lb),
+        refused("type-update-clusterip-to-lb", lb, (), no_services("LoadBalancer"), exposed()),
+        refused("type-update-lb-to-nodeport", exposed("NodePort"), both, no_type("NodePort"), lb),
+        # The status subresource is not matched (and ignores spec).
+        Case("type-status-write", SERVICE_TYPE, "UPDATE", lb, exposed(), status=True),
+    ]
+
+
+def _annotation_cases() -> list[Case]:
+    def refused(
+        label: str, new: dict[str, Any], key: str, old: dict[str, Any] | None = None
+    ) -> Case:
+        return Case(
+            label, ANNOTATIONS, "UPDATE" if old else "CREATE", new, old, (), False, (unlisted(key),)
+        )
+
+    legacy = exposed(annotations={UNLISTED: "db.example.com"})
+    return [
+        Case("annotations-create-none", ANNOTATIONS, "CREATE", exposed()),
+        Case(
+            "annotations-create-listed",
+            ANNOTATIONS,
+            "CREATE",
+            exposed(annotations={LISTED: "true"}),
+        ),
+        refused(
+            "annotations-create-unlisted",
+            exposed(annotations={UNLISTED: "db.example.com"}),
+            UNLISTED,
+        ),
+        refused(
+            "annotations-create-lookalike-prefix",
+            exposed(annotations={"service.beta.kubernetes.io.evil.example/x": "y"}),
+            "service.beta.kubernetes.io.evil.example/x",
+        ),
+        refused(
+            "annotations-create-replica-unlisted",
+            exposed(replica={"annotations": {UNLISTED: "ro.example.com"}}),
+            UNLISTED,
+        ),
+        Case(
+            "annotations-update-keeps-unlisted",
+            ANNOTATIONS,
+            "UPDATE",
+            exposed(annotations={UNLISTED: "db.example.com", LISTED: "true"}),
+            legacy,
+        ),
+        refused(
+            "annotations-update-changes-unlisted",
+            exposed(annotations={UNLISTED: "attacker.example.com"}),
+            UNLISTED,
+            legacy,
+        ),
+        Case("annotations-update-removes", ANNOTATIONS, "UPDATE", exposed(), legacy),
+    ]
+
+
+CASES: list[Case] = (
+    _authority_cases()
+    + _image_cases()
+    + _shard_cases()
+    + _service_type_cases()
+    + _annotation_cases()
+)
 BACKUP_CASES = [c for c in CASES if c.policy in (AUTHORITY, IMAGES)]
 SHARD_CASES = [c for c in CASES if c.policy == SHARD]
+SERVICE_CASES = [c for c in CASES if c.policy in (SERVICE_TYPE, ANNOTATIONS)]
 
 
 def localize(message: str, namespace: str, name: str, user: str) -> str:

@@ -32,7 +32,14 @@ from celpy import celtypes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.admission_cases import BACKUP_CASES, LISTS, Case
+from tests.admission_cases import (
+    ANNOTATIONS,
+    BACKUP_CASES,
+    LISTS,
+    SERVICE_CASES,
+    SERVICE_TYPE,
+    Case,
+)
 from tests.manifest_helpers import find, rendered
 
 NAMESPACE = "databases"
@@ -40,6 +47,8 @@ AUTHORITY = "pg-failover-hook-backup-authority"
 IMAGES = "pg-failover-hook-backup-images"
 
 Grant = tuple[str, str, str, str, "str | None"]
+#: The PostgreSQLCluster policies of deploy/ (every namespace).
+POLICIES = (AUTHORITY, IMAGES, SERVICE_TYPE, ANNOTATIONS)
 
 
 # --------------------------------------------------------------------- the authorizer stub
@@ -150,15 +159,12 @@ def _rendered_base() -> list[dict[str, Any]]:
 
 def policies() -> dict[str, dict[str, Any]]:
     objects = copy.deepcopy(_rendered_base())
-    return {name: find(objects, "ValidatingAdmissionPolicy", name) for name in (AUTHORITY, IMAGES)}
+    return {name: find(objects, "ValidatingAdmissionPolicy", name) for name in POLICIES}
 
 
 def bindings() -> dict[str, dict[str, Any]]:
     objects = copy.deepcopy(_rendered_base())
-    return {
-        name: find(objects, "ValidatingAdmissionPolicyBinding", name)
-        for name in (AUTHORITY, IMAGES)
-    }
+    return {name: find(objects, "ValidatingAdmissionPolicyBinding", name) for name in POLICIES}
 
 
 def _matches(policy: Mapping[str, Any], request: Request) -> bool:
@@ -598,3 +604,60 @@ def test_case_table(case: Case) -> None:
     assert tuple(decided.messages) == case.messages
     # The other policy lets every case of the table through (what the real server runs).
     assert other.allowed, other
+
+
+# ------------------------------------------------- spec.service: type and annotations
+
+
+def shipped_annotation_list() -> dict[str, Any]:
+    """The ConfigMap deploy/base ships as the annotation allow-list (the policy's params)."""
+    return copy.deepcopy(find(_rendered_base(), "ConfigMap", ANNOTATIONS))
+
+
+@pytest.mark.parametrize("case", SERVICE_CASES, ids=lambda case: case.id)
+def test_service_case_table(case: Case) -> None:
+    """tests/admission_cases.py's spec.service cases, the ones the real API server decides."""
+    request = Request(
+        case.operation,
+        "alice",
+        case.new,
+        case.old,
+        resource="postgresqlclusters/status" if case.status else "postgresqlclusters",
+    )
+    verdicts = {
+        SERVICE_TYPE: admit(policies()[SERVICE_TYPE], request, case.grants),
+        ANNOTATIONS: admit(policies()[ANNOTATIONS], request, (), shipped_annotation_list()),
+    }
+    decided = verdicts.pop(case.policy)
+    assert decided.allowed == case.allowed, decided
+    assert tuple(decided.messages) == case.messages
+    (other,) = verdicts.values()
+    assert other.allowed, other
+
+
+def test_keeping_the_type_or_clusterip_asks_the_authorizer_nothing() -> None:
+    policy = policies()[SERVICE_TYPE]
+    lb = cluster(service={"type": "LoadBalancer", "ports": [{"name": "p", "port": 1}]})
+    moved = cluster(service={"type": "LoadBalancer", "ports": [{"name": "p", "port": 2}]})
+    assert admit(policy, update(lb, moved)).asked == []
+    assert admit(policy, create(cluster())).asked == []
+    refused = admit(policy, create(lb))
+    assert not refused.allowed
+    assert refused.asked[0] == {
+        "group": "",
+        "resource": "services",
+        "namespace": NAMESPACE,
+        "verb": "create",
+    }
+
+
+def test_the_annotation_list_switches_off_without_its_configmap() -> None:
+    key = "external-dns.alpha.kubernetes.io/hostname"
+    request = create(cluster(service={"type": "ClusterIP", "annotations": {key: "x"}}))
+    policy = policies()[ANNOTATIONS]
+    assert not admit(policy, request, (), shipped_annotation_list()).allowed
+    assert admit(policy, request, (), None).allowed  # parameterNotFoundAction: Allow
+    assert not admit(policy, request, (), {"data": {}}).allowed  # an empty list: no key
+    assert admit(
+        policy, request, (), {"data": {"dns": "external-dns.alpha.kubernetes.io/"}}
+    ).allowed

@@ -6,11 +6,12 @@ Test design notes:
   tests/test_admission_policy.py and tests/test_sharding.py: every case runs here too, and
   where the two disagreed the server was taken as right (the emulation now reports the first
   failed validation only, as the server does).
-* The policies are the rendered ones (deploy/ for the backup policies, deploy/sharding/ for
-  the shard label), applied after metacontroller/crd.yaml. Their bindings are applied as
-  rendered plus a ``namespaceSelector`` on this run's namespaces (and a run-specific name), so
-  the shard policy does not refuse other tests' unlabelled PostgreSQLClusters on the shared
-  control plane; the policies' expressions, failure policy, validation actions and paramRef
+* The policies are the rendered ones (deploy/ for the backup and spec.service policies, with
+  the shipped annotation allow-list ConfigMap; deploy/sharding/ for the shard label),
+  applied after metacontroller/crd.yaml. Their bindings are applied as rendered plus a
+  ``namespaceSelector`` on this run's namespaces (and a run-specific name), so the shard
+  policy does not refuse other tests' unlabelled PostgreSQLClusters on the shared control
+  plane; the policies' expressions, failure policy, validation actions and paramRef
   are exactly what ships.
 * Every user is a client-certificate user with real Roles and RoleBindings: may edit
   PostgreSQLClusters in the namespace, plus the case's grants (create CronJobs, get one
@@ -38,6 +39,7 @@ from controlplane import ControlPlane
 from controlplane.rest import KubeApiError, KubeRest, resource_path
 from tests.admission_cases import (
     ALLOW_LIST,
+    ANNOTATIONS,
     AUTHORITY,
     BACKUP,
     BACKUP_CASES,
@@ -48,14 +50,17 @@ from tests.admission_cases import (
     NAMESPACE,
     NO_LIST,
     OTHER_NAMESPACE,
+    SERVICE_CASES,
+    SERVICE_TYPE,
     SHARD,
     SHARD_CASES,
+    UNLISTED,
     Case,
     Grant,
     cluster,
     localize,
 )
-from tests.manifest_helpers import CRD_FILE, rendered
+from tests.manifest_helpers import CRD_FILE, find, rendered
 
 PGC = "adg.io/v1alpha1"
 RBAC = "rbac.authorization.k8s.io/v1"
@@ -313,13 +318,20 @@ def env(control_plane: ControlPlane) -> Iterator[Env]:
         _namespace(admin, name, {SELECTOR_LABEL: f"{run}-backup"})
     _namespace(admin, shard_namespace, {})  # bound only once the old objects exist
     _namespace(admin, PARAMS_NAMESPACE, {})
-    bindings = _bindings("deploy", (AUTHORITY, IMAGES), run, f"{run}-backup")
+    bindings = _bindings(
+        "deploy", (AUTHORITY, IMAGES, SERVICE_TYPE, ANNOTATIONS), run, f"{run}-backup"
+    )
+    # The annotation allow-list as shipped (deploy/base/admission-service.yaml).
+    bindings.append(find(rendered("deploy"), "ConfigMap", ANNOTATIONS))
     bindings += _bindings("deploy/sharding", (SHARD,), run, f"{run}-shard")
     environment = Env(control_plane, admin, run, namespaces, shard_namespace)
     try:
         for index, case in _indexed(SHARD_CASES):
             if case.old is not None:
                 environment.create_old(case, index)  # unlabelled ones too: before the binding
+        for index, case in _indexed(SERVICE_CASES):
+            if case.old is not None:  # an unlisted annotation too: before the binding
+                environment.create_old(case, index)
         _apply_objects(control_plane, bindings)
         for index, case in _indexed(BACKUP_CASES):
             if case.old is not None:
@@ -332,6 +344,30 @@ def env(control_plane: ControlPlane) -> Iterator[Env]:
         _wait(
             "the backup-authority binding refuses a backup by a user without grants",
             lambda: environment.send(nobody, "POST", collection, bad).status == 403,
+        )
+        exposed_lb = environment.place(
+            cluster(service={"type": "LoadBalancer", "ports": [{"name": "p", "port": 5432}]}),
+            backup_ns,
+            "probe",
+        )
+        _wait(
+            "the service-type binding refuses a LoadBalancer by a user without grants",
+            lambda: environment.send(nobody, "POST", collection, exposed_lb).status == 403,
+        )
+        annotated = environment.place(
+            cluster(
+                service={
+                    "type": "ClusterIP",
+                    "ports": [{"name": "p", "port": 5432}],
+                    "annotations": {UNLISTED: "x.example.com"},
+                }
+            ),
+            backup_ns,
+            "probe",
+        )
+        _wait(
+            "the annotation binding refuses an unlisted annotation",
+            lambda: environment.send(nobody, "POST", collection, annotated).status == 403,
         )
         _namespace(admin, shard_namespace, {SELECTOR_LABEL: f"{run}-shard"})
         unlabelled = environment.place(cluster(labels={}), shard_namespace, "probe")
@@ -351,15 +387,16 @@ def env(control_plane: ControlPlane) -> Iterator[Env]:
                     "--ignore-not-found",
                     check=False,
                 )
-        control_plane.kubectl(
-            "delete",
-            "configmap",
-            "-n",
-            PARAMS_NAMESPACE,
-            IMAGES,
-            "--ignore-not-found",
-            check=False,
-        )
+        for configmap in (IMAGES, ANNOTATIONS):
+            control_plane.kubectl(
+                "delete",
+                "configmap",
+                "-n",
+                PARAMS_NAMESPACE,
+                configmap,
+                "--ignore-not-found",
+                check=False,
+            )
         for name in (*namespaces.values(), shard_namespace):
             control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
         for _, rest in environment.users.values():
@@ -374,7 +411,8 @@ def _indexed(cases: list[Case]) -> list[tuple[int, Case]]:
 
 
 ORDERED = sorted(
-    _indexed(BACKUP_CASES + SHARD_CASES), key=lambda item: STATE_ORDER[item[1].allow_list]
+    _indexed(BACKUP_CASES + SHARD_CASES + SERVICE_CASES),
+    key=lambda item: STATE_ORDER[item[1].allow_list],
 )
 
 

@@ -50,6 +50,9 @@ def test_only_the_controllers_a_kubelet_less_machine_honours_run(
 ) -> None:
     args = " ".join(control_plane.controller_manager.args)
     assert "endpointslice-controller" in args
+    # The admission policy must admit the StatefulSet controller's own Pods
+    # (tests/test_admission_pods_real.py); no other test creates StatefulSets.
+    assert "statefulset-controller" in args
     assert "node-lifecycle-controller" not in args
     assert "pod-garbage-collector-controller" not in args
 

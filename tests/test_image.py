@@ -93,7 +93,13 @@ def test_a_warm_run_builds_nothing(built: Built) -> None:
 
 def test_the_image_key_covers_every_build_input(tmp_path: Path) -> None:
     inputs = {str(p.relative_to(REPO)) for p in build_inputs()}
-    assert {"Dockerfile", "requirements/runtime.txt", "hooks/shell/app.py", "LICENSE"} <= inputs
+    assert {
+        "Dockerfile",
+        "requirements/runtime.txt",
+        "requirements/build.txt",
+        "hooks/shell/app.py",
+        "LICENSE",
+    } <= inputs
     assert not [p for p in inputs if "__pycache__" in p]
     assert image_key("a") != image_key("b"), "the base is part of the key"
     # A changed hooks/ file is a new image.

@@ -163,6 +163,13 @@ def test_base_contains_the_expected_objects() -> None:
             ("ValidatingAdmissionPolicy", "pg-failover-hook-backup-images"),
             ("ValidatingAdmissionPolicyBinding", "pg-failover-hook-backup-authority"),
             ("ValidatingAdmissionPolicyBinding", "pg-failover-hook-backup-images"),
+            ("ConfigMap", "pg-failover-hook-service-annotations"),
+            ("ValidatingAdmissionPolicy", "pg-failover-hook-service-type"),
+            ("ValidatingAdmissionPolicy", "pg-failover-hook-service-annotations"),
+            ("ValidatingAdmissionPolicyBinding", "pg-failover-hook-service-type"),
+            ("ValidatingAdmissionPolicyBinding", "pg-failover-hook-service-annotations"),
+            ("ValidatingAdmissionPolicy", "pg-failover-hook-unique-pod-name"),
+            ("ValidatingAdmissionPolicyBinding", "pg-failover-hook-unique-pod-name"),
         ]
     )
 
@@ -759,8 +766,9 @@ def test_the_mtls_overlay_adds_tls_and_client_certificates() -> None:
     assert entry["clientTLS"]["secretRef"]["namespace"] == METACONTROLLER_NAMESPACE
     assert entry["clientTLS"]["secretRef"]["name"] != client_ca["secretName"]
     container = _hook_container("deploy/mtls")
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert container[probe]["httpGet"]["scheme"] == "HTTPS", probe
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):  # the operations port
+        assert container[probe]["httpGet"]["port"] == "ops", probe
+        assert container[probe]["httpGet"].get("scheme", "HTTP") == "HTTP", probe
     # Everything else is the base.
     base = {(o["kind"], o["metadata"]["name"]) for o in rendered("deploy")}
     assert {(o["kind"], o["metadata"]["name"]) for o in rendered("deploy/mtls")} == base
@@ -820,7 +828,10 @@ def test_deployment_shape() -> None:
     container = _hook_container()
     assert container["image"] == "ghcr.io/adg-io/pg-failover-hook:0.1.0"
     assert "command" not in container and "args" not in container, "the image's ENTRYPOINT runs"
-    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["ports"] == [
+        {"name": "http", "containerPort": 8080, "protocol": "TCP"},
+        {"name": "ops", "containerPort": 9090, "protocol": "TCP"},
+    ]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env == {
         "GUNICORN_WORKERS": "2",
@@ -835,8 +846,9 @@ def test_deployment_shape() -> None:
 def test_deployment_probes_and_resources() -> None:
     container = _hook_container()
     readiness, liveness = container["readinessProbe"], container["livenessProbe"]
-    assert readiness["httpGet"] == {"path": "/readyz", "port": "http"}
-    assert liveness["httpGet"] == {"path": "/healthz", "port": "http"}
+    # The operations port: slow clients on the sync port cannot starve the probes.
+    assert readiness["httpGet"] == {"path": "/readyz", "port": "ops"}
+    assert liveness["httpGet"] == {"path": "/healthz", "port": "ops"}
     for probe in (readiness, liveness, container["startupProbe"]):
         assert probe["timeoutSeconds"] < probe["periodSeconds"]
     # Liveness must be more patient than readiness: out of the Service first, restart last.
@@ -903,7 +915,8 @@ def test_service_pdb_and_hpa() -> None:
     service = find(objects, "Service", HOOK_NAME)
     assert service["spec"]["selector"] == POD_LABELS
     assert service["spec"]["ports"] == [
-        {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}
+        {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"},
+        {"name": "ops", "port": 9090, "targetPort": "ops", "protocol": "TCP"},
     ]
     pdb = find(objects, "PodDisruptionBudget", HOOK_NAME)["spec"]
     assert pdb["maxUnavailable"] == 1
@@ -953,6 +966,11 @@ def _is_metacontroller_peer(peer: Mapping[str, Any]) -> bool:
     return bool(names) and names <= METACONTROLLER_POD_NAMES
 
 
+#: Container port names: Metacontroller's sync port, and the operations port (probes, metrics).
+SYNC_PORTS = frozenset({"http", "https"})
+OPS_PORTS = frozenset({"ops", "ops-tls"})
+
+
 def _is_scraper_peer(peer: Mapping[str, Any]) -> bool:
     return set(peer) == {"namespaceSelector"} and any(
         peer["namespaceSelector"] == {"matchLabels": labels}
@@ -972,31 +990,42 @@ def ingress_problems(objects: list[dict[str, Any]]) -> list[str]:
     if not policies:
         return ["no NetworkPolicy isolates the hook pods for ingress"]
     peers_seen = {"metacontroller": False, "scraper": False}
-    # The ports the hook's containers serve (8080; 8443 with deploy/mtls; both in the
-    # transition), and nothing else.
+    # The ports the hook's containers serve, by purpose: Metacontroller's sync port (8080;
+    # 8443 with deploy/mtls; both in the transition) and the operations port for probes and
+    # scrapers (9090; 9091 too in the transition). Metacontroller reaches only the first,
+    # scrapers only the second (slow clients: docs/security.md).
     deployment = find(objects, "Deployment", HOOK_NAME)
-    served = sorted(
-        p["containerPort"]
-        for c in deployment["spec"]["template"]["spec"]["containers"]
-        for p in c.get("ports", [])
-    )
-    wanted = [{"port": port, "protocol": "TCP"} for port in served]
+    ports = [
+        p for c in deployment["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])
+    ]
+    served = {
+        "metacontroller": sorted(p["containerPort"] for p in ports if p["name"] in SYNC_PORTS),
+        "scraper": sorted(p["containerPort"] for p in ports if p["name"] in OPS_PORTS),
+    }
     for policy in policies:
         name = policy["metadata"]["name"]
         for index, rule in enumerate(policy["spec"].get("ingress", [])):
             where = f"{name}.ingress[{index}]"
-            if sorted(rule.get("ports") or [], key=lambda p: p.get("port", 0)) != wanted:
-                problems.append(f"{where}: ports must be exactly TCP {', '.join(map(str, served))}")
             if not rule.get("from"):
                 problems.append(f"{where}: no 'from' admits every source")
                 continue
+            kinds = set()
             for peer in rule["from"]:
                 if _is_metacontroller_peer(peer):
-                    peers_seen["metacontroller"] = True
+                    kinds.add("metacontroller")
                 elif _is_scraper_peer(peer):
-                    peers_seen["scraper"] = True
+                    kinds.add("scraper")
                 else:
                     problems.append(f"{where}: peer {peer} is neither Metacontroller nor a scraper")
+            if len(kinds) > 1:
+                problems.append(f"{where}: Metacontroller and scrapers share a rule")
+            for kind in kinds:
+                peers_seen[kind] = True
+                wanted = [{"port": port, "protocol": "TCP"} for port in served[kind]]
+                got = sorted(rule.get("ports") or [], key=lambda p: p.get("port", 0))
+                if got != wanted:
+                    shown = ", ".join(map(str, served[kind]))
+                    problems.append(f"{where}: ports must be exactly TCP {shown}")
     problems += [f"no ingress rule for {kind}" for kind, seen in peers_seen.items() if not seen]
     return problems
 
@@ -1018,13 +1047,20 @@ def test_networkpolicy_check_negative_controls() -> None:
     objects = rendered("deploy")
     policy = find(objects, "NetworkPolicy", "pg-failover-hook-ingress")
     policy["spec"]["ingress"][0]["from"].append({"podSelector": {}})
-    policy["spec"]["ingress"][1]["ports"] = [{"port": 8080, "protocol": "TCP"}, {"port": 22}]
+    policy["spec"]["ingress"][1]["ports"] = [{"port": 8080, "protocol": "TCP"}, {"port": 9090}]
     policy["spec"]["ingress"].append({"ports": [{"port": 8080, "protocol": "TCP"}]})
     assert ingress_problems(objects) == [
         "pg-failover-hook-ingress.ingress[0]: peer {'podSelector': {}} is neither "
         "Metacontroller nor a scraper",
-        "pg-failover-hook-ingress.ingress[1]: ports must be exactly TCP 8080",
+        "pg-failover-hook-ingress.ingress[1]: ports must be exactly TCP 9090",
         "pg-failover-hook-ingress.ingress[2]: no 'from' admits every source",
+    ]
+    # Scrapers on the sync port: the slow-client finding.
+    scrapers_on_sync = copy.deepcopy(rendered("deploy"))
+    policy = find(scrapers_on_sync, "NetworkPolicy", "pg-failover-hook-ingress")
+    policy["spec"]["ingress"][1]["ports"].append({"port": 8080, "protocol": "TCP"})
+    assert ingress_problems(scrapers_on_sync) == [
+        "pg-failover-hook-ingress.ingress[1]: ports must be exactly TCP 9090"
     ]
     namespace_only = copy.deepcopy(rendered("deploy"))
     policy = find(namespace_only, "NetworkPolicy", "pg-failover-hook-ingress")
@@ -1246,7 +1282,19 @@ def test_dockerfile_final_stage() -> None:
         k == "RUN" and "--require-hashes" in a and "-r requirements/runtime.txt" in a
         for k, a in builder
     ), "dependencies from the lock"
-    assert any(k == "RUN" and "pip install --no-cache-dir --no-deps ." in a for k, a in builder)
+    # The build backend from its own lock, with hashes, and no build isolation (which would
+    # fetch setuptools/wheel unchecked); the project is installed from the wheel built so.
+    assert any(
+        k == "RUN"
+        and "--require-hashes" in a
+        and "-r requirements/build.txt" in a
+        and "pip wheel --no-cache-dir --no-deps --no-build-isolation" in a
+        and "pip install --no-cache-dir --no-deps /tmp/wheel/*.whl" in a
+        for k, a in builder
+    ), "the build backend from the lock"
+    assert not any(
+        k == "RUN" and "pip install --no-cache-dir --no-deps ." in a for k, a in builder
+    ), "no isolated build"
     assert any(k == "RUN" and "compileall" in a for k, a in builder)
     # The host's CA reaches pip as a build secret (never a COPY), only where pip downloads.
     pip_runs = [a for k, a in builder if k == "RUN" and "pip install" in a]
@@ -1271,7 +1319,7 @@ def test_dockerfile_final_stage() -> None:
         "hooks.shell.app:create_app()",
     ]
     assert "CMD" not in final_instructions
-    assert ("EXPOSE", "8080") in final
+    assert ("EXPOSE", "8080 9090") in final
     copies = [a for k, a in final if k in {"COPY", "ADD"}]
     assert copies == ["--from=builder /opt/venv /opt/venv"], "only the venv reaches the image"
     env = " ".join(a for k, a in final if k == "ENV")

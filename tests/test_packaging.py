@@ -215,3 +215,29 @@ def test_license_is_the_apache_2_text_pyproject_announces() -> None:
     assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
     assert "END OF TERMS AND CONDITIONS" in text
     assert len(text.splitlines()) > 190, "the full text, not a stub"
+
+
+def test_the_base_install_never_loads_the_events_client() -> None:
+    """kubernetes (with aiohttp, pydantic) ships in the one image for deploy/events only: the
+    base install (PGFH_EMIT_EVENTS off) never imports it (docs/security.md, "Lows")."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "import hooks.shell.gunicorn_conf\n"
+        "from hooks.shell.app import create_app\n"
+        "client = create_app().test_client()\n"
+        "assert client.get('/healthz').status_code == 200\n"
+        "assert client.get('/metrics').status_code == 200\n"
+        "print(sorted(m for m in ('kubernetes', 'aiohttp', 'pydantic') if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PGFH_AUTH": "none", "PGFH_LOG_LEVEL": "ERROR"},
+        timeout=60,
+        check=True,
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]"

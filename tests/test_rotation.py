@@ -428,7 +428,11 @@ if verb == "create" and rest[1] == "secret":
     save(); sys.exit(0)
 if verb == "patch" and rest[1] == "secret":
     assert rest[rest.index("--type") + 1] == "merge"
-    patch = json.loads(rest[rest.index("-p") + 1])
+    if "--patch-file" in rest:
+        assert rest[rest.index("--patch-file") + 1] == "/dev/stdin"
+        patch = json.loads(sys.stdin.read())
+    else:
+        patch = json.loads(rest[rest.index("-p") + 1])
     data = state["secrets"][f"{ns}/{rest[2]}"]
     for key, value in patch["data"].items():
         if value is None:
@@ -511,6 +515,9 @@ def test_the_kubectl_commands_of_a_token_rotation(tmp_path: Path, monkeypatch: A
     data = state["secrets"][f"{NS}/{SECRET}"]
     assert set(data) == {"token", "token-20261130T120000Z"}
     assert data["token"] == data["token-20261130T120000Z"], "'token' holds the current token"
+    # The new token never appears on a command line (readable by anyone in /proc/*/cmdline).
+    new_token = data["token-20261130T120000Z"]
+    assert not [c for c in state["calls"] if any(new_token in a for a in c)]
     verbs = [
         " ".join([a for i, a in enumerate(c) if "-n" not in (a, c[i - 1] if i else "")][:2])
         for c in state["calls"]
@@ -523,3 +530,19 @@ def test_the_kubectl_commands_of_a_token_rotation(tmp_path: Path, monkeypatch: A
     assert rotate.main(["token"]) == 1
     state = json.loads(state_file.read_text())
     assert not any(c[0] == "patch" for c in state["calls"][calls:])
+
+
+def test_the_secret_patch_goes_through_stdin_with_the_real_kubectl(
+    control_plane: Any, kube_namespace: str
+) -> None:
+    """The real kubectl reads the patch from --patch-file /dev/stdin (nothing on its argv)."""
+    from ops.kubectl import KubectlCluster
+
+    kubectl = [
+        str(control_plane.binaries.path("kubectl")),
+        f"--kubeconfig={control_plane.admin_kubeconfig}",
+    ]
+    cluster = KubectlCluster(kubectl)
+    cluster.update_secret(kube_namespace, "auth", {"token": b"first"})
+    cluster.update_secret(kube_namespace, "auth", {"token-2": b"second"}, remove=["token"])
+    assert cluster.secret_data(kube_namespace, "auth") == {"token-2": b"second"}

@@ -105,12 +105,18 @@ def call_problems(
             problems.append(f"{where}: {container['name']} needs a client certificate")
         if url.scheme == "https" and not entry.get("caBundle"):
             problems.append(f"{where}: Metacontroller cannot verify the hook's certificate")
-        admitted = [
+        # Metacontroller's rules (a pod selector in a peer); scrapers have a port of their own.
+        metacontroller = [
             rule
             for rule in ingress["spec"]["ingress"]
+            if any("podSelector" in peer for peer in rule.get("from", []))
+        ]
+        admitted = [
+            rule
+            for rule in metacontroller
             if {"port": port["containerPort"], "protocol": "TCP"} in rule.get("ports", [])
         ]
-        if len(admitted) != len(ingress["spec"]["ingress"]):
+        if not metacontroller or len(admitted) != len(metacontroller):
             problems.append(f"{where}: the ingress policy does not admit {port['containerPort']}")
     return problems
 
@@ -165,6 +171,13 @@ def test_the_transition_container_is_the_mtls_container() -> None:
     for mount in twin["volumeMounts"]:
         if mount["name"] == "metrics-tls":
             mount["name"] = "metrics"
+    # Its own operations port (the "hook" container holds 9090 in the same Pod).
+    twin["env"] = [e for e in twin["env"] if e["name"] != "GUNICORN_OPS_BIND"]
+    for port in twin["ports"]:
+        if port["name"] == "ops-tls":
+            port.update(name="ops", containerPort=9090)
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        twin[probe]["httpGet"]["port"] = "ops"
     key = lambda m: m["mountPath"]  # noqa: E731
     twin["volumeMounts"].sort(key=key)
     mtls = copy.deepcopy(mtls)

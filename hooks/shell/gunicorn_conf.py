@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import ssl
 from pathlib import Path
 from typing import Any
 
+from hooks.shell import ops
 from hooks.shell.config import HookSettings, closes_connection
 from hooks.shell.logs import logging_config
 from hooks.shell.malloc import limit_arenas
@@ -29,7 +31,28 @@ from hooks.shell.malloc import limit_arenas
 # misconfiguration stops the start-up with a message naming the variable.
 _settings = HookSettings.from_env()
 
-bind = os.environ.get("GUNICORN_BIND", "0.0.0.0:8080")
+
+def wildcard(port: int) -> str:
+    """``[::]:port`` (dual-stack: IPv6 and IPv4, Linux's default bindv6only=0) where the host
+    has IPv6, else ``0.0.0.0:port``: IPv6-only clusters reach the hook, IPv4-only hosts
+    (IPv6 disabled in the kernel) still start."""
+    if socket.has_ipv6:
+        try:
+            with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+                probe.bind(("::", 0))
+            return f"[::]:{port}"
+        except OSError:
+            pass
+    return f"0.0.0.0:{port}"
+
+
+# The sync port (/sync, /customize): Metacontroller only (deploy/base/networkpolicy.yaml).
+bind = os.environ.get("GUNICORN_BIND") or wildcard(8080)
+# The operations port (/healthz, /readyz, /metrics for the kubelet and Prometheus), served by
+# threads of its own in every worker (hooks/shell/ops.py): slow clients on one port cannot
+# starve the other. "off" turns it off (the three paths stay on the sync port as well).
+ops_bind = os.environ.get("GUNICORN_OPS_BIND") or wildcard(9090)
+_ops_listener: socket.socket | None = None
 # cpu_count() would see the node's CPUs, not the container's limit: be explicit.
 workers = int(os.environ.get("GUNICORN_WORKERS", "2"))
 threads = _settings.request_threads  # GUNICORN_THREADS; the probe pool is sized from it
@@ -82,6 +105,20 @@ def pre_request(worker: Any, req: Any) -> None:
 def post_fork(server: Any, worker: Any) -> None:
     """Two malloc arenas per worker, before its request threads exist (hooks/shell/malloc.py)."""
     limit_arenas()
+
+
+def when_ready(server: Any) -> None:
+    """Open the operations listener in the master, once: every worker inherits it."""
+    global _ops_listener
+    if ops_bind != "off" and _ops_listener is None:
+        _ops_listener = ops.listen(ops_bind)
+        server.log.info("operations port (healthz, readyz, metrics) at %s", ops_bind)
+
+
+def post_worker_init(worker: Any) -> None:
+    """Serve the operations port from this worker's own threads, with its app."""
+    if _ops_listener is not None:
+        ops.serve(_ops_listener, worker.wsgi)
 
 
 def on_starting(server: Any) -> None:
