@@ -207,6 +207,7 @@ def load_sync_request(body: object) -> SyncRequest:
         slices=observed.slices,
         cronjobs=observed.cronjobs,
         previous=observed.previous,
+        named_services=observed.named_services,
         api_version=str(raw.get("apiVersion", "adg.io/v1alpha1")),
         kind=str(raw.get("kind", "PostgreSQLCluster")),
     )

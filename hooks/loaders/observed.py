@@ -41,6 +41,7 @@ from hooks.domain.observed import (
     CronJobChild,
     Job,
     JobEnd,
+    OwnerRef,
     Pod,
     PreviousBackup,
     PreviousCondition,
@@ -108,6 +109,8 @@ class Observed:
     pods: dict[str, Pod]
     jobs: dict[str, Job] | None
     previous: PreviousStatus
+    #: The related ``Service.v1`` group (Services by name), ``None`` without one.
+    named_services: dict[str, ServiceChild] | None = None
 
 
 def load_observed(
@@ -118,6 +121,7 @@ def load_observed(
     """The child groups (with a ``Service.v1`` one), the related groups and the status."""
     other = {k: load_children(k, v) for k, v in children.items() if k != SERVICE_KEY}
     jobs = related.get(JOB_KEY)
+    named = related.get(SERVICE_KEY)
     return Observed(
         services=typed(load_children(SERVICE_KEY, children[SERVICE_KEY]), ServiceChild) or {},
         other_children=other,
@@ -126,6 +130,9 @@ def load_observed(
         pods=load_pods(POD_KEY, related.get(POD_KEY, {})),
         jobs=load_jobs(JOB_KEY, jobs) if jobs is not None else None,
         previous=load_previous_status(status),
+        named_services=(
+            typed(load_children(SERVICE_KEY, named), ServiceChild) if named is not None else None
+        ),
     )
 
 
@@ -229,6 +236,7 @@ def load_child(group: str, key: str, obj: Mapping[str, Any]) -> Child:
         spec = _mapping(obj.get("spec"))
         selector = spec.get("selector")
         applied_labels = _mapping(applied.get("metadata")).get("labels") if applied else None
+        service_type = spec.get("type")
         return ServiceChild(
             group,
             key,
@@ -237,6 +245,9 @@ def load_child(group: str, key: str, obj: Mapping[str, Any]) -> Child:
             raw,
             selector=selector if isinstance(selector, Mapping) else None,
             applied_labels=applied_labels if isinstance(applied_labels, Mapping) else EMPTY,
+            owners=_owners(metadata.get("ownerReferences")),
+            deleting=bool(metadata.get("deletionTimestamp")),
+            service_type=service_type if isinstance(service_type, str) else "ClusterIP",
         )
     if group == ENDPOINTSLICE_KEY:
         return SliceChild(group, key, labels, applied, raw, endpoints=_endpoints(obj))
@@ -244,6 +255,19 @@ def load_child(group: str, key: str, obj: Mapping[str, Any]) -> Child:
         resources = MappingProxyType(_container_resources(obj))
         return CronJobChild(group, key, labels, applied, raw, container_resources=resources)
     return Child(group, key, labels, applied, raw)
+
+
+def _owners(value: object) -> tuple[OwnerRef, ...]:
+    """``metadata.ownerReferences``: the entries with string identity fields, in order."""
+    found = []
+    for entry in value if isinstance(value, list) else []:
+        if not isinstance(entry, Mapping):
+            continue
+        ident = [entry.get(k) for k in ("apiVersion", "kind", "name", "uid")]
+        if all(isinstance(v, str) for v in ident):
+            api_version, kind, name, uid = (str(v) for v in ident)
+            found.append(OwnerRef(api_version, kind, name, uid, entry.get("controller") is True))
+    return tuple(found)
 
 
 def typed(group: Mapping[str, Child] | None, kind: type[T]) -> dict[str, T] | None:

@@ -35,9 +35,23 @@ def planned_groups() -> frozenset[str]:
     return frozenset(g.key for part in PARTS for g in part.child_groups) - {SERVICE_KEY}
 
 
-def related_rules(spec: ClusterSpec, uid: str | None) -> list[Mapping[str, Any]]:
-    """The ``/customize`` answer for a valid spec: every part's rules, in registry order."""
-    return [rule for part in PARTS for rule in part.related_rules(spec, uid)]
+def related_rules(
+    spec: ClusterSpec, uid: str | None, namespace: str | None = None
+) -> list[Mapping[str, Any]]:
+    """The ``/customize`` answer for a valid spec: every part's rules, in registry order.
+
+    A rule by ``names`` gets the parent's ``namespace``: without one, Metacontroller
+    (v4.17.2, ``customize/manager.go`` ``GetRelatedObjects``, ``selectByNamespaceAndNames``)
+    lists that type in *every* namespace on each sync before it filters by name. A label
+    rule stays as it is (Metacontroller already lists it in the parent's namespace).
+    """
+    rules: list[Mapping[str, Any]] = []
+    for part in PARTS:
+        for rule in part.related_rules(spec, uid):
+            if rule.get("names") and namespace and not rule.get("namespace"):
+                rule = {**rule, "namespace": namespace}
+            rules.append(rule)
+    return rules
 
 
 @dataclass(frozen=True, slots=True)
