@@ -34,6 +34,7 @@ from typing import Any
 
 import pytest
 import requests
+import yaml
 
 from controlplane import ControlPlane
 from controlplane.rest import KubeRest, resource_path
@@ -47,6 +48,7 @@ from tests.test_kubectl_plugin_real import pgfh, wait_for
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
 
+ROOT = Path(__file__).resolve().parent.parent
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 #: How long the not-owned cluster is watched for a create of its Service (several syncs:
 #: the hook asks for one every healthy period, and Pod events add more).
@@ -193,8 +195,21 @@ def test_an_existing_service_is_reported_refused_then_adopted_and_pinned(
         ), ran.stderr
         assert rest.get(service_path)["metadata"]["resourceVersion"] == version
 
-        # 3. The operator is stopped (it never ran here); the hand-over, forced.
-        ran = pgfh(control_plane, "adopt", CLUSTER, "-n", ns, "--force", "--wait", "30")
+        # 3. The operator is stopped (it never ran here); the hand-over, forced, by the same
+        # user with exactly the Role docs/kubectl-plugin.md documents for adopt.
+        _bind_documented_role(rest, ns)
+        ran = wait_for(
+            lambda: (
+                r := pgfh(
+                    control_plane, "adopt", CLUSTER, "-n", ns, "--force", "--wait", "30",
+                    kubeconfig=reader,
+                )
+            ).returncode
+            != 2
+            and r,
+            30,
+            "the documented Role to take effect",
+        )  # fmt: skip
         assert ran.returncode == 0, ran
         assert "note: removed the controller reference to ConfigMap seed-operator (v1)" in (
             ran.stdout
@@ -224,6 +239,31 @@ def _no_create_recorded(rig: KubeRig) -> None:
         return
     assert [r for r in rig.records if r.created] == []
     assert [r for r in rig.records if r.error] == []
+
+
+def _bind_documented_role(rest: KubeRest, ns: str) -> None:
+    """docs/kubectl-plugin.md's Role for ``adopt``, in ``ns``, bound to the reader."""
+    text = (ROOT / "docs/kubectl-plugin.md").read_text()
+    section = text.split("## `kubectl pgfh adopt`", 1)[1]
+    role = yaml.safe_load(section.split("```yaml", 1)[1].split("```", 1)[0])
+    assert role["kind"] == "Role"
+    assert role["rules"][1]["resourceNames"] == [SERVICE]
+    role["metadata"]["namespace"] = ns
+    rest.create(f"{RBAC}/namespaces/{ns}/roles", role)
+    rest.create(
+        f"{RBAC}/namespaces/{ns}/rolebindings",
+        {
+            "metadata": {"name": "pgfh-adopter"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": role["metadata"]["name"],
+            },
+            "subjects": [
+                {"kind": "User", "name": "reader", "apiGroup": "rbac.authorization.k8s.io"}
+            ],
+        },
+    )
 
 
 def _reader(cp: ControlPlane, rest: KubeRest, ns: str) -> Path:
