@@ -274,6 +274,26 @@ def test_without_the_related_group_the_reply_is_as_before() -> None:
     assert SERVICE_NAME in services_in(before.body)
 
 
+def test_a_foreign_read_only_service_gets_no_slices_and_its_own_condition() -> None:
+    body = body_with([foreign(name=READ_ONLY)], spec=rs_spec())
+    body["children"][ENDPOINTSLICE_KEY] = {}
+    _, outcome = run(body, LEADER_0)
+    assert [c["kind"] for c in outcome.body["children"]] == ["Service"], "the primary only"
+    assert services_in(outcome.body)[SERVICE_NAME]["spec"]["selector"] == service_selector(P0)
+    routed = condition(outcome, "ReplicasRouted")
+    assert (routed["status"], routed["reason"]) == ("False", "ServiceNotOwned")
+    assert routed["message"].startswith(
+        f"Service {READ_ONLY} exists but is not owned by this PostgreSQLCluster (no owner "
+        "references): no read-only endpoints are written for it"
+    )
+    assert condition(outcome, "Ready")["reason"] == "LeaderFound", "the primary is pinned"
+    spec, _ = load_spec(rs_spec())
+    assert spec is not None
+    assert {"apiVersion": "v1", "resource": "services", "names": [READ_ONLY]} in (
+        parts.related_rules(spec, PARENT_UID)
+    )
+
+
 def test_the_read_only_service_and_its_slices_are_planned_as_usual() -> None:
     body = body_with([foreign()], spec=rs_spec())
     body["children"][ENDPOINTSLICE_KEY] = {}
