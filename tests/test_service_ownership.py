@@ -111,9 +111,8 @@ def services_in(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # ------------------------------------------------------------------------- loading
 
 
-def test_the_related_service_group_loads_with_its_owners_type_and_deletion() -> None:
+def test_the_related_service_group_loads_with_its_owners_and_deletion() -> None:
     service = foreign(owners=[OPERATOR, {"kind": "Junk"}, "not a map"], deleting=True)
-    service["spec"]["type"] = "LoadBalancer"
     request = load_sync_request(body_with([service]))
     assert request.named_services is not None
     loaded = request.named_services[SERVICE_NAME]
@@ -121,7 +120,7 @@ def test_the_related_service_group_loads_with_its_owners_type_and_deletion() -> 
         OwnerRef("acid.example/v1", "PostgresCluster", "orders", "uid-operator-1", True),
     )
     assert loaded.controller == loaded.owners[0]
-    assert loaded.deleting and loaded.service_type == "LoadBalancer"
+    assert loaded.deleting
     assert loaded.selector == SEED_SELECTOR
     assert request.services == {}
 

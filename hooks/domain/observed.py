@@ -112,8 +112,6 @@ class ServiceChild(Child):
     owners: tuple[OwnerRef, ...] = ()
     #: ``metadata.deletionTimestamp`` is set.
     deleting: bool = False
-    #: ``spec.type`` as observed (``ClusterIP`` when absent, as the API server defaults it).
-    service_type: str = "ClusterIP"
 
     @property
     def controller(self) -> OwnerRef | None:

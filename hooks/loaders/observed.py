@@ -236,7 +236,6 @@ def load_child(group: str, key: str, obj: Mapping[str, Any]) -> Child:
         spec = _mapping(obj.get("spec"))
         selector = spec.get("selector")
         applied_labels = _mapping(applied.get("metadata")).get("labels") if applied else None
-        service_type = spec.get("type")
         return ServiceChild(
             group,
             key,
@@ -247,7 +246,6 @@ def load_child(group: str, key: str, obj: Mapping[str, Any]) -> Child:
             applied_labels=applied_labels if isinstance(applied_labels, Mapping) else EMPTY,
             owners=_owners(metadata.get("ownerReferences")),
             deleting=bool(metadata.get("deletionTimestamp")),
-            service_type=service_type if isinstance(service_type, str) else "ClusterIP",
         )
     if group == ENDPOINTSLICE_KEY:
         return SliceChild(group, key, labels, applied, raw, endpoints=_endpoints(obj))
