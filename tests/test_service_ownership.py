@@ -172,6 +172,10 @@ def test_a_controller_reference_to_our_uid_is_not_foreign_without_a_parent_uid_i
     del body["parent"]["metadata"]["uid"]
     request = load_sync_request(body)
     assert foreign_service(request, SERVICE_NAME) is not None
+    body = body_with([foreign(labels={CONTROLLER_UID_LABEL: PARENT_UID})])
+    del body["parent"]["metadata"]["uid"]
+    _, outcome = run(body, LEADER_0)
+    assert f"(labels it {CONTROLLER_UID_LABEL}=<uid>;" in condition(outcome, "Ready")["message"]
 
 
 # ------------------------------------------------------------------- the decision

@@ -48,7 +48,7 @@ def related_rules(
     rules: list[Mapping[str, Any]] = []
     for part in PARTS:
         for rule in part.related_rules(spec, uid):
-            if rule.get("names") and namespace and not rule.get("namespace"):
+            if rule.get("names") and namespace:
                 rule = {**rule, "namespace": namespace}
             rules.append(rule)
     return rules

@@ -150,11 +150,7 @@ def _not_owned(
 def not_owned_message(request: SyncRequest, foreign: ServiceChild, route: Route) -> str:
     """Who owns the Service, that its selector is not pinned, and how to hand it over."""
     name = foreign.name
-    finding = (
-        f"Patroni reports {route.leader} as leader"
-        if route.routed
-        else route.why or "no leader is confirmed"
-    )
+    finding = f"Patroni reports {route.leader} as leader" if route.routed else route.why
     owners = ", ".join(o.describe() for o in foreign.owners) or "no owner references"
     head = f"Service {name} exists but is not owned by this PostgreSQLCluster ({owners})"
     adopt = f"kubectl pgfh adopt {request.name} -n {request.namespace}"
