@@ -46,8 +46,9 @@ def test_backup_jobs_are_related_by_uid_and_reported(
         content_type="application/json",
     )
     rules = response.get_json()["relatedResources"]
-    # The Pods, the Service spec.serviceRef names, then the backup Jobs.
-    assert rules[2] == {
+    # The Pods, the Services by name (primary, and read-only if set), then the backup Jobs.
+    assert [r["resource"] for r in rules[:-1]] == ["pods", *["services"] * (len(rules) - 2)]
+    assert rules[-1] == {
         "apiVersion": "batch/v1",
         "resource": "jobs",
         "labelSelector": {"matchLabels": {"pg-failover-hook.adg.io/backup-of": world.uid}},
