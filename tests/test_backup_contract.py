@@ -47,8 +47,8 @@ def test_backup_jobs_are_related_by_uid_and_reported(
     )
     rules = response.get_json()["relatedResources"]
     # The Pods, the Services by name (primary, and read-only if set), then the backup Jobs.
-    assert [r["resource"] for r in rules[:-1]] == ["pods", *["services"] * (len(rules) - 2)]
-    assert rules[-1] == {
+    assert [r["resource"] for r in rules] == ["pods", "services", "jobs"]
+    assert rules[2] == {
         "apiVersion": "batch/v1",
         "resource": "jobs",
         "labelSelector": {"matchLabels": {"pg-failover-hook.adg.io/backup-of": world.uid}},
@@ -81,5 +81,6 @@ def test_customize_without_backup_relates_no_jobs(client: FlaskClient) -> None:
     body["parent"]["spec"]["replicaService"] = {"name": READ_ONLY}
     response = client.post("/customize", data=json.dumps(body), content_type="application/json")
     rules = response.get_json()["relatedResources"]
-    # The Pods, and the two Services by name (primary, read-only): no Jobs.
-    assert [r["resource"] for r in rules] == ["pods", "services", "services"]
+    # The Pods, and the two Services by name (primary, read-only) in one rule: no Jobs.
+    assert [r["resource"] for r in rules] == ["pods", "services"]
+    assert rules[1]["names"] == ["pg-orders-primary", READ_ONLY]

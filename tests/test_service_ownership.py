@@ -292,9 +292,15 @@ def test_a_foreign_read_only_service_gets_no_slices_and_its_own_condition() -> N
     assert condition(outcome, "Ready")["reason"] == "LeaderFound", "the primary is pinned"
     spec, _ = load_spec(rs_spec())
     assert spec is not None
-    assert {"apiVersion": "v1", "resource": "services", "names": [READ_ONLY]} in (
-        parts.related_rules(spec, PARENT_UID)
-    )
+    # One rule for both names: Metacontroller lists the namespace's Services once per rule.
+    assert parts.related_rules(spec, PARENT_UID, NAMESPACE)[1:] == [
+        {
+            "apiVersion": "v1",
+            "resource": "services",
+            "names": [SERVICE_NAME, READ_ONLY],
+            "namespace": NAMESPACE,
+        }
+    ]
 
 
 def test_the_read_only_service_and_its_slices_are_planned_as_usual() -> None:

@@ -40,17 +40,28 @@ def related_rules(
 ) -> list[Mapping[str, Any]]:
     """The ``/customize`` answer for a valid spec: every part's rules, in registry order.
 
-    A rule by ``names`` gets the parent's ``namespace``: without one, Metacontroller
-    (v4.17.2, ``customize/manager.go`` ``GetRelatedObjects``, ``selectByNamespaceAndNames``)
-    lists that type in *every* namespace on each sync before it filters by name. A label
-    rule stays as it is (Metacontroller already lists it in the parent's namespace).
+    Rules by ``names`` of one type become one rule, in the parent's ``namespace``:
+    Metacontroller (v4.17.2, ``customize/manager.go`` ``GetRelatedObjects``,
+    ``selectByNamespaceAndNames``) lists every object of that type in the rule's namespace
+    (without one: in *every* namespace) on each sync before it filters by name, once per
+    rule. A label rule stays as it is (Metacontroller lists it in the parent's namespace).
     """
     rules: list[Mapping[str, Any]] = []
+    by_name: dict[tuple[object, object], dict[str, Any]] = {}
     for part in PARTS:
         for rule in part.related_rules(spec, uid):
-            if rule.get("names") and namespace:
-                rule = {**rule, "namespace": namespace}
-            rules.append(rule)
+            if not rule.get("names"):
+                rules.append(rule)
+                continue
+            kind = (rule.get("apiVersion"), rule.get("resource"))
+            merged = by_name.get(kind)
+            if merged is None:
+                merged = by_name[kind] = {**rule, "names": list(rule["names"])}
+                if namespace:
+                    merged["namespace"] = namespace
+                rules.append(merged)
+            else:
+                merged["names"] += [n for n in rule["names"] if n not in merged["names"]]
     return rules
 
 
