@@ -108,9 +108,15 @@ def _route(
     )
     children = [child for plan in (primary, *optional) for child in plan.children]
     children += _unplanned(request, keep)
+    # The primary part may overrule the route: a Service outside this controller.
+    decision = (
+        Decision.SERVICE_NOT_OWNED
+        if routed.reason == Decision.SERVICE_NOT_OWNED.value
+        else route.decision
+    )
     resync = (
         timing.degraded
-        if route.decision.degraded
+        if decision.degraded
         else switchover.healthy_resync(
             spec, timing, detection, key=request.uid or request.cluster, now=_seconds(now)
         )
@@ -118,7 +124,7 @@ def _route(
     body = {"status": status, "children": children, "resyncAfterSeconds": resync}
     previous = observed_primary(request)
     now_primary = primary.status.get("primary")
-    return SyncOutcome(body, route.decision, routed.message, previous, now_primary)
+    return SyncOutcome(body, decision, routed.message, previous, now_primary)
 
 
 def _finalize(request: SyncRequest, now: datetime) -> SyncOutcome:

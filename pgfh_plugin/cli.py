@@ -1,9 +1,9 @@
-"""The ``kubectl-pgfh`` command line: ``status`` and ``check``.
+"""The ``kubectl-pgfh`` command line: ``status``, ``check`` and ``adopt``.
 
-Exit codes: 0 all good; 1 ``check`` found a problem (one plain reason per failed check);
-2 the command could not run (usage, no kubeconfig, API server unreachable, credentials
-refused, no permission, CRD not installed, unknown cluster name), with one ``error:`` line
-on stderr.
+Exit codes: 0 all good; 1 ``check`` found a problem (one plain reason per failed check), or
+``adopt`` refused (one plain reason); 2 the command could not run (usage, no kubeconfig, API
+server unreachable, credentials refused, no permission, CRD not installed, unknown cluster
+name), with one ``error:`` line on stderr.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TextIO
 
 from hooks.domain.members import MemberStatus
 from hooks.domain.model import ClusterSpec, field_default
-from pgfh_plugin import checks, render, report
+from pgfh_plugin import adoption, checks, render, report
 from pgfh_plugin.checks import Check
 from pgfh_plugin.kube import Kube, KubeError, connect
 from pgfh_plugin.style import Style, use_colour
@@ -87,6 +88,28 @@ def _parser() -> argparse.ArgumentParser:
         default="metacontroller",
         help="namespace Metacontroller runs in (default: metacontroller)",
     )
+    adopt = sub.add_parser(
+        "adopt",
+        parents=[common],
+        help="hand the existing Service spec.serviceRef names over to its PostgreSQLCluster",
+        description="Label the Service spec.serviceRef names so that Metacontroller adopts it "
+        "(ServiceNotOwned); the hook pins its selector from the next sync. Needs get on "
+        "postgresqlclusters and get, patch on services. Refuses a Service another controller "
+        "controls unless --force.",
+    )
+    adopt.add_argument(
+        "--force",
+        action="store_true",
+        help="also remove another controller's reference (stop that controller first), or "
+        "adopt a Service without a selector",
+    )
+    adopt.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="then wait up to this long for the selector to be pinned, and say how long it took",
+    )
     return parser
 
 
@@ -106,6 +129,12 @@ def main(
     if args.name and args.all_namespaces:
         err.write(f"{err_style.bad('error:')} a NAME cannot be combined with -A\n")
         return EXIT_ERROR
+    if args.command == "adopt" and not args.name:
+        err.write(f"{err_style.bad('error:')} adopt needs the NAME of one PostgreSQLCluster\n")
+        return EXIT_ERROR
+    if args.command == "adopt" and not 0 <= args.wait <= 600:
+        err.write(f"{err_style.bad('error:')} --wait must be between 0 and 600 seconds\n")
+        return EXIT_ERROR
     if args.request_timeout <= 0:
         err.write(f"{err_style.bad('error:')} --request-timeout must be positive\n")
         return EXIT_ERROR
@@ -121,6 +150,8 @@ def main(
             kube.clusters(namespace, args.name),
             key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"].get("name", "")),
         )
+        if args.command == "adopt":
+            return _adopt(kube, clusters, args, style, out, err_style, err)
         if args.command == "status":
             return _status(kube, clusters, namespace, args, style, out, err)
         return _check(kube, clusters, namespace, args, style, out, err)
@@ -243,6 +274,62 @@ def _check(
     summary = f"{len(results)} checks, {len(failed)} failed"
     out.write((style.bad(summary) if failed else style.good(summary)) + "\n")
     return EXIT_PROBLEM if failed else EXIT_OK
+
+
+def _adopt(
+    kube: Kube,
+    clusters: list[dict[str, Any]],
+    args: argparse.Namespace,
+    style: Style,
+    out: TextIO,
+    err_style: Style,
+    err: TextIO,
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
+    """Plan the hand-over (pure), send its one patch, optionally wait for the pinned selector."""
+    (cluster,) = clusters
+    ns = cluster["metadata"].get("namespace", "")
+    name = ((cluster.get("spec") or {}).get("serviceRef") or {}).get("name")
+    service = kube.service(ns, name) if isinstance(name, str) and name else None
+    planned = adoption.plan(cluster, service, force=args.force)
+    if planned.refused:
+        out.write(f"{style.bad('refused:')} {planned.message}\n")
+        return EXIT_PROBLEM
+    if planned.patch is None:
+        out.write(f"{planned.message}\n")
+        return EXIT_OK
+    started = clock()
+    try:
+        kube.patch_service(ns, str(name), planned.patch)
+    except KubeError as exc:
+        if exc.code == 409:
+            raise KubeError(
+                f"Service {name} changed while it was being adopted (409): nothing was changed; "
+                "run the command again",
+                code=409,
+                reason=exc.reason,
+            ) from exc
+        raise
+    for note in planned.notes:
+        out.write(f"note: {note}\n")
+    out.write(f"{style.good('adopted:')} {planned.message}\n")
+    if args.wait <= 0:
+        return EXIT_OK
+    deadline = started + args.wait
+    while True:
+        pod = adoption.pinned(cluster, kube.service(ns, str(name)))
+        if pod is not None:
+            out.write(
+                f"pinned: Service {name} selects {pod}, {clock() - started:.2f} s after the patch\n"
+            )
+            return EXIT_OK
+        if clock() >= deadline:
+            out.write(
+                f"{style.bad('not pinned')} within {args.wait:g} s: see kubectl pgfh status "
+                f"-n {ns} {cluster['metadata'].get('name')}\n"
+            )
+            return EXIT_PROBLEM
+        time.sleep(0.1)
 
 
 def _cluster_checks(kube: Kube, cluster: Mapping[str, Any]) -> list[Check]:

@@ -234,6 +234,21 @@ class Kube:
             )
         )
 
+    def patch_service(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch of one Service (``kubectl pgfh adopt``: the plugin's one write).
+
+        Needs ``patch`` on ``services`` in that namespace; a 403 is a :class:`KubeError` that
+        names the missing right, and nothing changes. A ``metadata.resourceVersion`` in the
+        patch makes it conditional: a Service changed meanwhile is a 409, unchanged.
+        """
+        return self._read(
+            self._core.patch_namespaced_service,
+            name,
+            namespace,
+            dict(patch),
+            _content_type="application/merge-patch+json",
+        )
+
     def secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Secret, or ``None`` if it does not exist."""
         return self._optional(self._core.read_namespaced_secret, name, namespace)

@@ -46,7 +46,9 @@ def test_backup_jobs_are_related_by_uid_and_reported(
         content_type="application/json",
     )
     rules = response.get_json()["relatedResources"]
-    assert rules[1] == {
+    # The Pods, the Services by name (primary, and read-only if set), then the backup Jobs.
+    assert [r["resource"] for r in rules] == ["pods", "services", "jobs"]
+    assert rules[2] == {
         "apiVersion": "batch/v1",
         "resource": "jobs",
         "labelSelector": {"matchLabels": {"pg-failover-hook.adg.io/backup-of": world.uid}},
@@ -74,8 +76,11 @@ def test_backup_jobs_are_related_by_uid_and_reported(
     assert settle(client, world).writes == ()
 
 
-def test_customize_without_backup_relates_only_the_pods(client: FlaskClient) -> None:
+def test_customize_without_backup_relates_no_jobs(client: FlaskClient) -> None:
     body = fixture("customize-request.json")
     body["parent"]["spec"]["replicaService"] = {"name": READ_ONLY}
     response = client.post("/customize", data=json.dumps(body), content_type="application/json")
-    assert [r["resource"] for r in response.get_json()["relatedResources"]] == ["pods"]
+    rules = response.get_json()["relatedResources"]
+    # The Pods, and the two Services by name (primary, read-only) in one rule: no Jobs.
+    assert [r["resource"] for r in rules] == ["pods", "services"]
+    assert rules[1]["names"] == ["pg-orders-primary", READ_ONLY]

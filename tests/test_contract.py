@@ -151,7 +151,7 @@ def test_finalize_deletes_the_service_then_reports_finalized(client: FlaskClient
     assert world.parent["metadata"]["finalizers"] == []
 
 
-def test_customize_selects_the_patroni_pods_by_the_primary_selector(client: FlaskClient) -> None:
+def test_customize_selects_the_patroni_pods_and_the_named_service(client: FlaskClient) -> None:
     response = client.post(
         "/customize",
         data=json.dumps(fixture("customize-request.json")),
@@ -166,7 +166,15 @@ def test_customize_selects_the_patroni_pods_by_the_primary_selector(client: Flas
                 "labelSelector": {
                     "matchLabels": {"application": "patroni", "cluster-name": "pg-orders"}
                 },
-            }
+            },
+            # The Service spec.serviceRef names, whoever owns it, in the parent's namespace
+            # only (without "namespace" Metacontroller lists Services of every namespace).
+            {
+                "apiVersion": "v1",
+                "resource": "services",
+                "names": ["pg-orders-primary"],
+                "namespace": "databases",
+            },
         ]
     }
 

@@ -155,7 +155,14 @@ def check(client: FlaskClient, path: str, body: object, data: bytes | None = Non
     if path == "/customize":
         assert set(document) == {"relatedResources"}, document
         for rule in document["relatedResources"]:
-            assert rule["labelSelector"]["matchLabels"], "a rule without a selector"
+            # Never a rule that relates every object of a type: a label selector, or
+            # non-empty names in one namespace (Metacontroller's selectByNamespaceAndNames).
+            if "names" in rule:
+                assert "labelSelector" not in rule, "names cannot be combined with a selector"
+                assert all(isinstance(n, str) and n for n in rule["names"]), rule
+                assert rule["names"] and rule["namespace"], "a names rule without a scope"
+            else:
+                assert rule["labelSelector"]["matchLabels"], "a rule without a selector"
         return status
     try:
         check_reply(status, reply)

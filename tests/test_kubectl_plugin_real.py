@@ -257,17 +257,30 @@ class Metacontroller:
         reply: dict[str, Any] = json.loads(response.data)
         return reply
 
-    def related_pods(self, parent: Mapping[str, Any]) -> dict[str, Any]:
+    def related(self, parent: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """``Pod.v1`` by the label rule, ``Service.v1`` by the rule by name (in ``NS``)."""
         rules = self._post("/customize", {"controller": self.controller, "parent": parent})
         pods: dict[str, Any] = {}
+        services: dict[str, Any] = {}
         for rule in rules["relatedResources"]:
+            if rule["resource"] == "services":
+                assert (rule["apiVersion"], rule["namespace"]) == ("v1", NS), rule
+                listed = self.rest.get(f"/api/v1/namespaces/{NS}/services")
+                services.update(
+                    {
+                        s["metadata"]["name"]: _typed(s, "v1", "Service")
+                        for s in listed["items"]
+                        if s["metadata"]["name"] in rule["names"]
+                    }
+                )
+                continue
             assert (rule["apiVersion"], rule["resource"]) == ("v1", "pods"), rule
             selector = ",".join(
                 f"{k}={v}" for k, v in sorted(rule["labelSelector"]["matchLabels"].items())
             )
             listed = self.rest.get(f"/api/v1/namespaces/{NS}/pods", labelSelector=selector)
             pods.update({p["metadata"]["name"]: _typed(p, "v1", "Pod") for p in listed["items"]})
-        return pods
+        return {"Pod.v1": pods, "Service.v1": services}
 
     def children(self, uid: str) -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = {}
@@ -290,7 +303,7 @@ class Metacontroller:
             "controller": self.controller,
             "parent": parent,
             "children": observed,
-            "related": {"Pod.v1": self.related_pods(parent)},
+            "related": self.related(parent),
             "finalizing": False,
         }
         reply = self._post("/sync", request)

@@ -159,3 +159,18 @@ def test_the_real_binary_gets_the_values_flags_with_loopback_ports(tmp_path: Pat
     assert "--leader-election-namespace=ns-1" in args
     probes = [a for a in args if a.startswith("--health-probe-bind-address=")]
     assert len(probes) == 1 and probes[0].startswith("--health-probe-bind-address=127.0.0.1:")
+
+
+def test_a_related_rule_by_names_matches_that_name_in_the_parents_namespace_only() -> None:
+    """``matchesRelatedRule``'s ``selectByNamespaceAndNames`` for a v1 hook and a namespaced
+    parent (customize/manager.go): the name must be listed, the namespace the parent's."""
+    from standin.kube import KubeMetacontroller
+
+    rule = {"apiVersion": "v1", "resource": "services", "names": ["pg"], "namespace": "db"}
+
+    def service(namespace: str, name: str) -> dict[str, object]:
+        return {"metadata": {"namespace": namespace, "name": name, "labels": {}}}
+
+    assert KubeMetacontroller._rule_matches(rule, PARENT, service("db", "pg"))
+    assert not KubeMetacontroller._rule_matches(rule, PARENT, service("other", "pg"))
+    assert not KubeMetacontroller._rule_matches(rule, PARENT, service("db", "pg2"))

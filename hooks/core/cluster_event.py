@@ -32,6 +32,10 @@ class ClusterEvent:
     regarding: Mapping[str, str]
 
 
+#: Decisions that are not a routing doubt but still need a person: a Warning Event.
+_WARNED = (Decision.INVALID_SPEC, Decision.SERVICE_NOT_OWNED)
+
+
 def event_for(request: SyncRequest, outcome: SyncOutcome) -> ClusterEvent | None:
     """The Event a reply deserves, if any (pure)."""
     if request.finalizing or not outcome.transition:
@@ -42,7 +46,7 @@ def event_for(request: SyncRequest, outcome: SyncOutcome) -> ClusterEvent | None
             f"Service {request.spec.service_name if request.spec else '?'} moved from "
             f"{outcome.previous_primary or '(none)'} to {outcome.primary}: {outcome.message}"
         )
-    elif outcome.decision.degraded or outcome.decision is Decision.INVALID_SPEC:
+    elif outcome.decision.degraded or outcome.decision in _WARNED:
         kind, reason, action = "Warning", outcome.decision.value, "KeepRouting"
         note = outcome.message
     else:

@@ -36,11 +36,19 @@ class Decision(enum.Enum):
     SELECTOR_NOT_UNIQUE = "SelectorNotUnique"
     INVALID_SPEC = "InvalidSpec"
     FINALIZING = "Finalizing"
+    #: ``spec.serviceRef`` names a Service that exists outside this controller: it waits
+    #: for a person (``kubectl pgfh adopt``), not for Patroni (hooks.parts.primary).
+    SERVICE_NOT_OWNED = "ServiceNotOwned"
 
     @property
     def degraded(self) -> bool:
         """Routing could not be confirmed: keep what is observed, look again soon."""
-        return self not in (Decision.ROUTED, Decision.INVALID_SPEC, Decision.FINALIZING)
+        return self not in (
+            Decision.ROUTED,
+            Decision.INVALID_SPEC,
+            Decision.FINALIZING,
+            Decision.SERVICE_NOT_OWNED,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,9 @@ JOB_KEY = "Job.batch/v1"
 #: The label the StatefulSet controller puts on each of its Pods: unique per namespace,
 #: so a selector that includes it can never select two Pods.
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
+#: The label Metacontroller selects a parent's children by (``generateSelector: true``):
+#: ``controller-uid=<parent UID>``; an orphan Service carrying it is adopted.
+CONTROLLER_UID_LABEL = "controller-uid"
 #: Metacontroller's record of what a hook last applied to a child (its three-way merge).
 LAST_APPLIED_ANNOTATION = "metacontroller.k8s.io/last-applied-configuration"
 #: On every child the hook emits (hooks.core.manifests).

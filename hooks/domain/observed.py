@@ -83,14 +83,40 @@ class Child:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnerRef:
+    """One entry of ``metadata.ownerReferences``, as far as a decision reads it."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    #: ``controller: true``: the owner that reconciles the object (at most one).
+    controller: bool = False
+
+    def describe(self) -> str:
+        """``Kind name (apiVersion)``, ``controller`` marked: for a condition's message."""
+        role = ", controller" if self.controller else ""
+        return f"{self.kind} {self.name} ({self.api_version}{role})"
+
+
+@dataclass(frozen=True, slots=True)
 class ServiceChild(Child):
-    """An observed Service."""
+    """An observed Service (a child, or a Service related by name: ``spec.serviceRef``)."""
 
     #: ``spec.selector`` as observed (values are free input: not necessarily strings);
     #: ``None`` when it is not an object.
     selector: Mapping[str, object] | None = None
     #: ``metadata.labels`` of the last-applied record (``{}`` without a record).
     applied_labels: Mapping[str, object] = field(default_factory=lambda: EMPTY)
+    #: ``metadata.ownerReferences`` that are readable (free input: the rest is left out).
+    owners: tuple[OwnerRef, ...] = ()
+    #: ``metadata.deletionTimestamp`` is set.
+    deleting: bool = False
+
+    @property
+    def controller(self) -> OwnerRef | None:
+        """The owner reference with ``controller: true``, if any (Kubernetes allows one)."""
+        return next((o for o in self.owners if o.controller), None)
 
 
 @dataclass(frozen=True, slots=True)

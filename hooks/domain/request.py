@@ -51,6 +51,11 @@ class SyncRequest:
     #: request has no such group (the CompositeController does not declare the type).
     slices: Mapping[str, SliceChild] | None = None
     cronjobs: Mapping[str, CronJobChild] | None = None
+    #: Services related by name (``spec.serviceRef.name``, the customize rule of
+    #: :mod:`hooks.parts.primary`), by name, whoever owns them: one that is not in
+    #: ``services`` exists outside this controller. ``None`` when the request has no such
+    #: group (a customize answer cached from before the rule existed).
+    named_services: Mapping[str, ServiceChild] | None = None
     #: The parent's status as the last reply (or anyone) wrote it.
     previous: PreviousStatus = field(default_factory=PreviousStatus)
     #: How many related Pods the request holds, when more than the loader was told to load

@@ -40,6 +40,7 @@ from hooks.domain.observed import (
     CronJobChild,
     Job,
     JobEnd,
+    OwnerRef,
     Pod,
     PreviousBackup,
     PreviousCondition,
@@ -113,6 +114,8 @@ class Observed:
     previous: PreviousStatus
     #: The number of related Pods when they were too many to load (``pods`` is empty).
     pod_count: int | None = None
+    #: The related ``Service.v1`` group (Services by name), ``None`` without one.
+    named_services: dict[str, ServiceChild] | None = None
 
 
 def load_observed(
@@ -130,6 +133,7 @@ def load_observed(
     jobs = related.get(JOB_KEY)
     pods = related.get(POD_KEY, {})
     too_many = max_pods is not None and len(pods) > max_pods
+    named = related.get(SERVICE_KEY)
     return Observed(
         services=typed(load_children(SERVICE_KEY, children[SERVICE_KEY]), ServiceChild) or {},
         other_children=other,
@@ -139,6 +143,9 @@ def load_observed(
         jobs=load_jobs(JOB_KEY, jobs) if jobs is not None else None,
         previous=load_previous_status(status),
         pod_count=len(pods) if too_many else None,
+        named_services=(
+            typed(load_children(SERVICE_KEY, named), ServiceChild) if named is not None else None
+        ),
     )
 
 
@@ -250,6 +257,8 @@ def load_child(group: str, key: str, obj: Mapping[str, Any]) -> Child:
             raw,
             selector=selector if isinstance(selector, Mapping) else None,
             applied_labels=applied_labels if isinstance(applied_labels, Mapping) else EMPTY,
+            owners=_owners(metadata.get("ownerReferences")),
+            deleting=bool(metadata.get("deletionTimestamp")),
         )
     if group == ENDPOINTSLICE_KEY:
         return SliceChild(group, key, labels, applied, raw, endpoints=_endpoints(obj))
@@ -257,6 +266,19 @@ def load_child(group: str, key: str, obj: Mapping[str, Any]) -> Child:
         resources = MappingProxyType(_container_resources(obj))
         return CronJobChild(group, key, labels, applied, raw, container_resources=resources)
     return Child(group, key, labels, applied, raw)
+
+
+def _owners(value: object) -> tuple[OwnerRef, ...]:
+    """``metadata.ownerReferences``: the entries with string identity fields, in order."""
+    found = []
+    for entry in value if isinstance(value, list) else []:
+        if not isinstance(entry, Mapping):
+            continue
+        ident = [entry.get(k) for k in ("apiVersion", "kind", "name", "uid")]
+        if all(isinstance(v, str) for v in ident):
+            api_version, kind, name, uid = (str(v) for v in ident)
+            found.append(OwnerRef(api_version, kind, name, uid, entry.get("controller") is True))
+    return tuple(found)
 
 
 def typed(group: Mapping[str, Child] | None, kind: type[T]) -> dict[str, T] | None:

@@ -35,9 +35,34 @@ def planned_groups() -> frozenset[str]:
     return frozenset(g.key for part in PARTS for g in part.child_groups) - {SERVICE_KEY}
 
 
-def related_rules(spec: ClusterSpec, uid: str | None) -> list[Mapping[str, Any]]:
-    """The ``/customize`` answer for a valid spec: every part's rules, in registry order."""
-    return [rule for part in PARTS for rule in part.related_rules(spec, uid)]
+def related_rules(
+    spec: ClusterSpec, uid: str | None, namespace: str | None = None
+) -> list[Mapping[str, Any]]:
+    """The ``/customize`` answer for a valid spec: every part's rules, in registry order.
+
+    Rules by ``names`` of one type become one rule, in the parent's ``namespace``:
+    Metacontroller (v4.17.2, ``customize/manager.go`` ``GetRelatedObjects``,
+    ``selectByNamespaceAndNames``) lists every object of that type in the rule's namespace
+    (without one: in *every* namespace) on each sync before it filters by name, once per
+    rule. A label rule stays as it is (Metacontroller lists it in the parent's namespace).
+    """
+    rules: list[Mapping[str, Any]] = []
+    by_name: dict[tuple[object, object], dict[str, Any]] = {}
+    for part in PARTS:
+        for rule in part.related_rules(spec, uid):
+            if not rule.get("names"):
+                rules.append(rule)
+                continue
+            kind = (rule.get("apiVersion"), rule.get("resource"))
+            merged = by_name.get(kind)
+            if merged is None:
+                merged = by_name[kind] = {**rule, "names": list(rule["names"])}
+                if namespace:
+                    merged["namespace"] = namespace
+                rules.append(merged)
+            else:
+                merged["names"] += [n for n in rule["names"] if n not in merged["names"]]
+    return rules
 
 
 @dataclass(frozen=True, slots=True)

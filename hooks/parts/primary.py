@@ -7,6 +7,17 @@ In doubt: every primary Service is kept exactly as observed (a hand-edited selec
 and none is created. The members it chooses among are the Pods ``primarySelector``
 matches: its ``/customize`` rule relates them.
 
+**A Service of that name that is not ours.** The second ``/customize`` rule relates the
+Service named ``spec.serviceRef.name`` whoever owns it. Seen there but not among the
+children, it exists outside this controller (made by hand, by Helm, by the operator this
+hook replaces): Metacontroller's create of it would fail with 409 AlreadyExists on every
+sync, swallowed, and its selector would never be pinned. So the reply leaves it out (it is
+not a child: nothing is dropped, nothing is created), and ``PrimaryRouted`` (so ``Ready``)
+is ``False``/``ServiceNotOwned`` with who owns it and how to hand it over:
+``kubectl pgfh adopt`` labels it ``controller-uid=<parent UID>``, the selector
+Metacontroller claims orphans by (``generateSelector``), and Metacontroller adopts it on
+its next sync; a Service another controller controls is never taken silently.
+
 Pure, like every part (:mod:`hooks.parts.base`).
 """
 
@@ -16,8 +27,14 @@ from typing import Any
 
 from hooks.core import manifests
 from hooks.core.conditions import CONDITION_ROUTED
-from hooks.core.routing import Decision
-from hooks.domain.model import POD_NAME_LABEL, SERVICE_KEY, ClusterSpec, Condition
+from hooks.core.routing import Decision, Route
+from hooks.domain.model import (
+    CONTROLLER_UID_LABEL,
+    POD_NAME_LABEL,
+    SERVICE_KEY,
+    ClusterSpec,
+    Condition,
+)
 from hooks.domain.observed import ServiceChild
 from hooks.domain.request import SyncRequest
 from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
@@ -28,6 +45,9 @@ def plan(context: PartContext) -> PartPlan:
     """The primary Service(s), ``status.primary``/``service`` and ``PrimaryRouted``."""
     spec, request, route, keep = context.spec, context.request, context.route, context.keep
     primaries = primary_services(request)
+    foreign = foreign_service(request, spec.service_name)
+    if foreign is not None:
+        return _not_owned(context, foreign, primaries)
     if route.routed:
         leader = route.leader
         assert leader is not None
@@ -63,14 +83,100 @@ def plan(context: PartContext) -> PartPlan:
 
 
 def related_rules(spec: ClusterSpec, uid: str | None) -> list[dict[str, Any]]:
-    """The member Pods, by ``primarySelector`` (never empty: the schema requires a label)."""
+    """The member Pods, by ``primarySelector`` (never empty: the schema requires a label),
+    and the Service ``spec.serviceRef`` names, by name, whoever owns it (scoped to the
+    parent's namespace by :func:`hooks.parts.related_rules`)."""
     return [
         {
             "apiVersion": "v1",
             "resource": "pods",
             "labelSelector": {"matchLabels": dict(spec.primary_selector)},
-        }
+        },
+        {"apiVersion": "v1", "resource": "services", "names": [spec.service_name]},
     ]
+
+
+def foreign_service(request: SyncRequest, name: str) -> ServiceChild | None:
+    """The Service named ``name`` if it exists but is not a child of this parent.
+
+    Related by name but not among the children. One whose controller reference is this
+    parent's UID is ours (created a moment after Metacontroller listed the children):
+    not foreign.
+    """
+    if request.named_services is None or name in request.services:
+        return None
+    found = request.named_services.get(name)
+    if found is None:
+        return None
+    controller = found.controller
+    if controller is not None and request.uid and controller.uid == request.uid:
+        return None
+    return found
+
+
+def _not_owned(
+    context: PartContext, foreign: ServiceChild, primaries: dict[str, ServiceChild]
+) -> PartPlan:
+    """``spec.serviceRef`` names a Service outside this controller: never claim it is pinned.
+
+    The foreign Service is left out of the reply (it is not a child, so Metacontroller
+    neither deletes it nor, without a create, fails on it with 409 every sync), unless it
+    is being deleted: then the desired Service is asked for, and Metacontroller creates it
+    once the name is free. Services we own under an old ``serviceRef`` name keep being
+    moved to a confirmed leader (they are still ours and may still carry traffic).
+    """
+    spec, request, route, keep = context.spec, context.request, context.route, context.keep
+    leader = route.leader if route.routed else None
+    children = []
+    for _, observed in sorted(primaries.items()):
+        kept = keep(observed)
+        if leader is not None:
+            kept.setdefault("spec", {})["selector"] = _selector(spec, leader)
+        children.append(kept)
+    if foreign.deleting and leader is not None:
+        children.append(desired_service(spec, request.namespace, leader))
+    primary = leader if leader is not None and primaries else observed_primary(request)
+    status: dict[str, Any] = {} if primary is None else {"primary": primary}
+    status["service"] = spec.service_name
+    condition = Condition(
+        CONDITION_ROUTED,
+        "False",
+        Decision.SERVICE_NOT_OWNED.value,
+        not_owned_message(request, foreign, route),
+    )
+    return PartPlan(children, status, condition)
+
+
+def not_owned_message(request: SyncRequest, foreign: ServiceChild, route: Route) -> str:
+    """Who owns the Service, that its selector is not pinned, and how to hand it over."""
+    name = foreign.name
+    finding = f"Patroni reports {route.leader} as leader" if route.routed else route.why
+    owners = ", ".join(o.describe() for o in foreign.owners) or "no owner references"
+    head = f"Service {name} exists but is not owned by this PostgreSQLCluster ({owners})"
+    adopt = f"kubectl pgfh adopt {request.name} -n {request.namespace}"
+    if foreign.deleting:
+        return f"{head}: it is being deleted, and is created anew once it is gone ({finding})"
+    controller = foreign.controller
+    uid_label = foreign.labels.get(CONTROLLER_UID_LABEL)
+    if controller is not None:
+        tail = (
+            f"{controller.kind} {controller.name} controls it, so it is not taken over: "
+            f"stop that controller, then hand it over with `{adopt} --force` (removes that "
+            "controller reference), or set spec.serviceRef.name to a new name"
+        )
+    elif request.uid and uid_label == request.uid:
+        tail = (
+            f"it is labelled {CONTROLLER_UID_LABEL}={uid_label} for adoption; Metacontroller "
+            "adopts it on its next sync (if this stays, check that Metacontroller may update "
+            "Services)"
+        )
+    else:
+        tail = (
+            f"hand it over with `{adopt}` (labels it {CONTROLLER_UID_LABEL}="
+            f"{request.uid or '<uid>'}; Metacontroller adopts it and the selector is pinned "
+            "from its next sync), or set spec.serviceRef.name to a new name"
+        )
+    return f"{head}: its selector is not pinned to the leader ({finding}); {tail}"
 
 
 PART = Part(

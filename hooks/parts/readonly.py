@@ -68,7 +68,7 @@ from hooks.domain.members import REPLICATION_STATE_SINCE, MemberStatus
 from hooks.domain.model import ENDPOINTSLICE_KEY, POD_NAME_LABEL, ClusterSpec, Condition
 from hooks.domain.observed import IP, Pod
 from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
-from hooks.parts.primary import primary_services
+from hooks.parts.primary import foreign_service, primary_services
 from hooks.parts.readonly_objects import (
     desired_objects,
     listed_now,
@@ -88,6 +88,7 @@ class ReadOnlyReason(enum.Enum):
     PORT_NOT_FOUND = "NamedPortNotFound"
     NOT_DECLARED = "EndpointSlicesNotDeclared"
     REMOVED = "ReplicaServiceRemoved"
+    NOT_OWNED = "ServiceNotOwned"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +101,12 @@ class _Verdict:
 
 
 def related_rules(spec: ClusterSpec, uid: str | None) -> list[dict[str, Any]]:
-    """None: the member Pods are related by the primary Service's rule."""
-    return []
+    """The read-only Service by name, whoever owns it (the member Pods are related by the
+    primary Service's rule)."""
+    rs = spec.replica_service
+    if rs is None:
+        return []
+    return [{"apiVersion": "v1", "resource": "services", "names": [rs.name]}]
 
 
 def plan(context: PartContext) -> PartPlan:
@@ -126,6 +131,22 @@ def plan(context: PartContext) -> PartPlan:
                 ReadOnlyReason.REMOVED,
                 f"spec.replicaService is not set; keeping {names} as they are until they are "
                 "deleted by hand or with the PostgreSQLCluster",
+            ),
+        )
+    foreign = foreign_service(request, rs.name)
+    if foreign is not None:
+        # Not ours: creating it fails (409) every sync, and an EndpointSlice labelled with
+        # its name would feed its endpoints. Ours are kept as they are; nothing is created.
+        owners = ", ".join(o.describe() for o in foreign.owners) or "no owner references"
+        return PartPlan(
+            observed,
+            {"replicaService": rs.name},
+            _condition(
+                "False",
+                ReadOnlyReason.NOT_OWNED,
+                f"Service {rs.name} exists but is not owned by this PostgreSQLCluster "
+                f"({owners}): no read-only endpoints are written for it; set "
+                "spec.replicaService.name to a new name, or delete that Service",
             ),
         )
     if slices is None:

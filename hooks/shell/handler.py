@@ -105,7 +105,8 @@ def handle_customize(body: object, *, request_id: str) -> Reply:
         with bound(cluster=cluster, request_id=request_id, hook="customize"):
             log.warning("invalid spec: no related Pods until it is fixed")
         return Reply({"relatedResources": []})
-    return Reply({"relatedResources": parts.related_rules(spec, uid)})
+    namespace = cluster.partition("/")[0]
+    return Reply({"relatedResources": parts.related_rules(spec, uid, namespace)})
 
 
 def observe(
@@ -153,6 +154,8 @@ def observe(
         )
     elif outcome.decision.degraded:
         log.log(notable, "keeping routing: %s", outcome.message)
+    elif outcome.decision is Decision.SERVICE_NOT_OWNED:
+        log.log(notable, "service not owned: %s", outcome.message)
     elif outcome.transition:
         log.info("routing confirmed: %s", outcome.message)
     if deps.events is not None:
