@@ -100,6 +100,11 @@ class Row:
     flush_at: float | None = None
     burst_window: float = 10.0
     seed: int = 11
+    #: Every hook pod down (each call refused at once) from this time (s) for
+    #: ``hooks_down_for`` s, the switchovers injected inside the outage (a failover nobody
+    #: can route until the hook is back); None: no outage.
+    hooks_down_at: float | None = None
+    hooks_down_for: float = 0.0
 
 
 TODAY = Metacontroller(workers=10, qps=50, burst=100, resync_period=30)
