@@ -52,7 +52,9 @@ def rows(n: int, periods: Sequence[float | None], outage: float, switchovers: in
                 policy,
                 hook_pods=pods,
                 hook_threads=threads,
-                duration=180.0,
+                # Two periods at least, so that the share of switchovers a tick's burst
+                # delays is the long-run one (one tick in a short run over-counts it).
+                duration=max(180.0, 2 * (period or 0.0) + 60.0),
                 switchovers=switchovers,
             )
         )
