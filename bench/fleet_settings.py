@@ -139,11 +139,12 @@ def recommended(n: int, mix: Mix = Mix()) -> tuple[Metacontroller, Policy, int, 
 
     Up to 1,000 clusters: one install with the shipped flags (64 workers, rate limit
     300/s, burst 100) and the shipped 3 hook pods. At every size the shipped
-    ``resyncPeriodSeconds`` (60 s), the bound on recovery after every hook pod was down. Above: ceil(n / 1000) shards whose
-    limits add up to 0.2 requests/s per cluster (95 % as rate, 5 % as burst, so no second
-    exceeds it), each with 64 workers. The poll of the polled clusters: the shortest of
-    ``POLLS`` that keeps the steady rate at or below 60 % of the rate limit, the rest being
-    headroom for events, failovers and bursts. The hook pods' request threads
+    ``resyncPeriodSeconds`` (60 s), the bound on recovery after every hook pod was down.
+    Above: ceil(n / 1000) shards whose limits add up to 0.2 requests/s per cluster
+    (95 % as rate, 5 % as burst, so no second exceeds it), each with 64 workers. The poll
+    of the polled clusters: the shortest of ``POLLS`` that keeps the steady rate at or
+    below 60 % of the rate limit, the rest being headroom for events, failovers and
+    bursts. The hook pods' request threads
     (pods x 2 x GUNICORN_THREADS) at least the workers of all installs: a sync of a cluster
     with a member that never answers holds a thread for the 2 s probe deadline without
     using CPU, so the HPA (on CPU) would not add pods for it. The healthy resyncs are

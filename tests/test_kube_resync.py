@@ -138,6 +138,7 @@ def test_resync_period_brings_a_backed_off_parent_back_and_success_forgets(
             "metadata": {"name": NAME},
             "spec": {
                 "parentResource": {"apiVersion": PARENT_API, "resource": PARENTS},
+                "generateSelector": True,  # else claimChildren wants a spec.selector
                 "resyncPeriodSeconds": PERIOD,
                 "hooks": {"sync": {"webhook": {"url": hook.url, "timeout": "2s"}}},
             },
