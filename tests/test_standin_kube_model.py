@@ -13,7 +13,7 @@ import pytest
 
 from standin.apply import LAST_APPLIED
 from standin.dynamic_apply import apply_update, detect_list_map_key, for_create, merge
-from standin.kube import parse_duration, retry_after
+from standin.kube import parse_duration, resync_periods, retry_after
 from standin.kube_setup import local_controller
 from standin.metacontroller_binary import command_args
 from standin.selectors import matches
@@ -159,3 +159,15 @@ def test_the_real_binary_gets_the_values_flags_with_loopback_ports(tmp_path: Pat
     assert "--leader-election-namespace=ns-1" in args
     probes = [a for a in args if a.startswith("--health-probe-bind-address=")]
     assert len(probes) == 1 and probes[0].startswith("--health-probe-bind-address=127.0.0.1:")
+
+
+def test_resync_periods_are_metacontrollers() -> None:
+    """The cache flush always; resyncPeriodSeconds as a ticker of its own, raised to 1 s
+    (0 is every second, not off), only when shorter than the cache flush."""
+    assert resync_periods(None, 1800.0) == [1800.0]
+    assert resync_periods(60, 1800.0) == [1800.0, 60.0]
+    assert resync_periods(0, 1800.0) == [1800.0, 1.0]
+    assert resync_periods(3600, 1800.0) == [1800.0]
+    assert resync_periods(1800, 1800.0) == [1800.0]
+    with pytest.raises(ValueError, match="not an integer"):
+        resync_periods("60", 1800.0)
