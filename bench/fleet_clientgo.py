@@ -1,5 +1,6 @@
 """The fleet model's clock and client-go pieces: a virtual-time event loop, client-go's work
-queue (FIFO, dedup, processing set, ``AddAfter``) and its token bucket, as :mod:`bench.fleet`'s
+queue (the stand-in's own, :mod:`standin.workqueue`, with client-go's rate limiter
+:mod:`standin.ratelimit`) and the REST client's token bucket, as :mod:`bench.fleet`'s
 docstring cites them from Metacontroller's and client-go's source."""
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ import asyncio
 import selectors
 from collections import deque
 from typing import Any
+
+from standin.workqueue import QueueCore
 
 # ------------------------------------------------------------------ virtual clock
 
@@ -56,64 +59,70 @@ class VirtualLoop(asyncio.SelectorEventLoop):
 
 
 class WorkQueue:
-    """client-go's workqueue (FIFO, dedup, processing set) with ``AddAfter``."""
+    """client-go's rate-limited work queue on the virtual clock: the stand-in's own
+    :class:`standin.workqueue.QueueCore` (FIFO, dedup, processing set, ``AddAfter``,
+    ``AddRateLimited`` with :func:`standin.ratelimit.default_controller_rate_limiter`,
+    ``Forget``), with timers for the waiting entries and futures for the idle workers."""
 
     def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self.queue: deque[int] = deque()
-        self.dirty: set[int] = set()
-        self.processing: set[int] = set()
-        self.waiting: dict[int, tuple[float, asyncio.TimerHandle]] = {}
+        self.core: QueueCore[int] = QueueCore()
         self.getters: deque[asyncio.Future[None]] = deque()
-        self.enqueued_at: dict[int, float] = {}
+
+    @property
+    def queue(self) -> deque[int]:
+        return self.core.queue
+
+    @property
+    def waiting(self) -> dict[int, float]:
+        return self.core.waiting
 
     def add(self, key: int) -> None:
-        if key in self.dirty:
-            return
-        self.dirty.add(key)
-        if key in self.processing:
-            return
-        self._push(key)
+        if self.core.add(key, self.loop.time()):
+            self._wake()
 
-    def _push(self, key: int) -> None:
-        self.queue.append(key)
-        self.enqueued_at[key] = self.loop.time()
+    def add_after(self, key: int, delay: float) -> None:
+        now = self.loop.time()
+        before = self.core.waiting.get(key)
+        if self.core.add_after(key, delay, now):
+            self._wake()
+        ready = self.core.waiting.get(key)
+        if ready is not None and ready != before:
+            self.loop.call_at(ready, self._promote)
+
+    def add_rate_limited(self, key: int) -> float:
+        """``AddRateLimited``: after the limiter's delay (the longer of the key's backoff
+        and the queue's bucket); the delay."""
+        delay = self.core.limiter.when(key, self.loop.time())
+        self.add_after(key, delay)
+        return delay
+
+    def forget(self, key: int) -> None:
+        self.core.forget(key)
+
+    def _promote(self) -> None:
+        for _ in range(self.core.promote_due(self.loop.time())):
+            self._wake()
+
+    def _wake(self) -> None:
         while self.getters:
             getter = self.getters.popleft()
             if not getter.done():
                 getter.set_result(None)
                 break
 
-    def add_after(self, key: int, delay: float) -> None:
-        if delay <= 0:
-            self.add(key)
-            return
-        ready = self.loop.time() + delay
-        pending = self.waiting.get(key)
-        if pending is not None:
-            if pending[0] <= ready:
-                return
-            pending[1].cancel()
-        self.waiting[key] = (ready, self.loop.call_at(ready, self._ready, key))
-
-    def _ready(self, key: int) -> None:
-        del self.waiting[key]
-        self.add(key)
-
     async def get(self) -> tuple[int, float]:
-        while not self.queue:
+        while True:
+            taken = self.core.pop(self.loop.time())
+            if taken is not None:
+                return taken
             getter = self.loop.create_future()
             self.getters.append(getter)
             await getter
-        key = self.queue.popleft()
-        self.processing.add(key)
-        self.dirty.discard(key)
-        return key, self.loop.time() - self.enqueued_at.pop(key)
 
     def done(self, key: int) -> None:
-        self.processing.discard(key)
-        if key in self.dirty:
-            self._push(key)
+        if self.core.done(key, self.loop.time()):
+            self._wake()
 
 
 class TokenBucket:

@@ -23,6 +23,8 @@ from bench.fleet_settings import (
 )
 from hooks.core.switchover import spread_resync
 
+#: A hook call while every hook pod is down: the connection is refused (no endpoints).
+REFUSED = 0.001
 PLANNED = "planned"
 STOP = "stop"
 POD_CHANGING = "Pod-changing"
@@ -37,6 +39,8 @@ class Switchover:
     new_leader: int
     first_200: float = math.inf
     lag: float | None = None
+    #: When the Service PUT selecting the new leader returned.
+    applied: float | None = None
 
 
 @dataclass
@@ -119,10 +123,11 @@ class Install:
         if measuring:
             fleet.counters.syncs += 1
             fleet.counters.queue_waits.append(waited)
-        if reply is None:  # hook error: nothing written, retried with backoff (~5 ms first)
+        if reply is None:  # hook error: nothing written; processNextWorkItem's AddRateLimited
             fleet.counters.hook_errors += 1
-            self.queue.add_after(cluster.index, 0.005)
+            self.queue.add_rate_limited(cluster.index)
             return
+        self.queue.forget(cluster.index)  # the sync succeeded: Forget
         if reply.resync:
             self.queue.add_after(cluster.index, reply.resync)
         if reply.service_changed:
@@ -153,6 +158,9 @@ class ModelHook:
         self.rng = random.Random(fleet.row.seed + 1)
 
     async def call(self, cluster: Cluster) -> Reply | None:
+        if self.fleet.hooks_down():
+            await asyncio.sleep(REFUSED)  # no endpoint behind the Service: refused at once
+            return None
         wall = self.rng.choice(self.latencies)
         if cluster.hung:  # the round waits for the member that never answers
             wall = PROBE_DEADLINE + wall
@@ -207,6 +215,14 @@ class Fleet:
         self.members: Any = None  # real mode: FleetMembers
         self.tasks: list[asyncio.Future[None]] = []
         self.measured = 0.0
+        self.started = 0.0
+
+    def hooks_down(self) -> bool:
+        row = self.row
+        if row.hooks_down_at is None:
+            return False
+        since = self.loop.time() - self.started - row.hooks_down_at
+        return 0.0 <= since < row.hooks_down_for
 
     def healthy_resync(self, cluster: Cluster) -> float:
         policy = self.row.policy
@@ -230,6 +246,7 @@ class Fleet:
         now = self.loop.time()
         if now >= pending.first_200:
             pending.lag = now - pending.first_200
+            pending.applied = now
             cluster.pending = None
 
     def set_leader(self, cluster: Cluster, member: int | None) -> None:
@@ -269,7 +286,10 @@ class Fleet:
 
     async def inject(self) -> None:
         row = self.row
-        if row.flush_at is not None:
+        if row.hooks_down_at is not None:  # Patroni elects within the outage
+            start = self.started + row.hooks_down_at
+            window = max(0.0, row.hooks_down_for - STOP_GAP - 1.0)
+        elif row.flush_at is not None:
             start, window = row.flush_at, row.burst_window
         else:
             start, window = row.warmup, row.duration - row.warmup - STOP_GAP - 15.0
@@ -299,6 +319,7 @@ class Fleet:
                 self.loop.call_at(self.loop.time() + row.flush_at, install.enqueue_all)
         background += [asyncio.ensure_future(self.busy_pods(c)) for c in self.clusters if c.busy]
         start = self.loop.time()
+        self.started = start
         self.measure_from = start + row.warmup
         injector = asyncio.ensure_future(self.inject())
         await asyncio.sleep(row.duration)
@@ -325,6 +346,10 @@ class Result:
     queue_wait_p99: float
     hook_errors: int
     measured: float
+    #: Switchovers inside a hooks-down outage: seconds from the outage's end to the Service
+    #: on the new leader, and how many were not routed by the end of the run.
+    recovery: list[float] = field(default_factory=list)
+    unrecovered: int = 0
 
     def lag(self, klass: str, q: float) -> float:
         values = sorted(self.lags[klass])
@@ -346,6 +371,16 @@ def _result(fleet: Fleet, mode: str, cpu_per_sync: float) -> Result:
     per_second = sorted(c.per_second.values())
     syncs = c.syncs / seconds
     waits = sorted(c.queue_waits) or [0.0]
+    recovery: list[float] = []
+    unrecovered = 0
+    row = fleet.row
+    if row.hooks_down_at is not None:
+        back = fleet.started + row.hooks_down_at + row.hooks_down_for
+        for s in fleet.switchovers:
+            if s.applied is None:
+                unrecovered += 1
+            else:
+                recovery.append(max(0.0, s.applied - max(back, s.first_200)))
     return Result(
         row=fleet.row,
         mode=mode,
@@ -359,6 +394,8 @@ def _result(fleet: Fleet, mode: str, cpu_per_sync: float) -> Result:
         queue_wait_p99=waits[min(len(waits) - 1, int(0.99 * len(waits)))],
         hook_errors=c.hook_errors,
         measured=fleet.measured,
+        recovery=sorted(recovery),
+        unrecovered=unrecovered,
     )
 
 

@@ -100,6 +100,11 @@ class Row:
     flush_at: float | None = None
     burst_window: float = 10.0
     seed: int = 11
+    #: Every hook pod down (each call refused at once) from this time (s) for
+    #: ``hooks_down_for`` s, the switchovers injected inside the outage (a failover nobody
+    #: can route until the hook is back); None: no outage.
+    hooks_down_at: float | None = None
+    hooks_down_for: float = 0.0
 
 
 TODAY = Metacontroller(workers=10, qps=50, burst=100, resync_period=30)
@@ -110,7 +115,7 @@ TODAY = Metacontroller(workers=10, qps=50, burst=100, resync_period=30)
 #: The shipped settings (deploy/metacontroller-values.yaml,
 #: metacontroller/compositecontroller.yaml) and the hook's defaults (hooks/core/switchover.py:
 #: polled clusters 1 s, event-driven ones 30 s).
-SHIPPED = Metacontroller(workers=64, qps=300, burst=100, resync_period=None)
+SHIPPED = Metacontroller(workers=64, qps=300, burst=100, resync_period=60.0)
 SHIPPED_POLICY = Policy(poll=1.0, event_resync=30.0, from_reply=False, spread=True)
 TODAY_POLICY = Policy(poll=1.0, event_resync=None)
 TODAY_MODEL_POLICY = Policy(poll=1.0, event_resync=None, from_reply=False)
@@ -133,11 +138,13 @@ def recommended(n: int, mix: Mix = Mix()) -> tuple[Metacontroller, Policy, int, 
     poll policy, hook pods and GUNICORN_THREADS.
 
     Up to 1,000 clusters: one install with the shipped flags (64 workers, rate limit
-    300/s, burst 100) and the shipped 3 hook pods. Above: ceil(n / 1000) shards whose
-    limits add up to 0.2 requests/s per cluster (95 % as rate, 5 % as burst, so no second
-    exceeds it), each with 64 workers. The poll of the polled clusters: the shortest of
-    ``POLLS`` that keeps the steady rate at or below 60 % of the rate limit, the rest being
-    headroom for events, failovers and bursts. The hook pods' request threads
+    300/s, burst 100) and the shipped 3 hook pods. At every size the shipped
+    ``resyncPeriodSeconds`` (60 s), the bound on recovery after every hook pod was down.
+    Above: ceil(n / 1000) shards whose limits add up to 0.2 requests/s per cluster
+    (95 % as rate, 5 % as burst, so no second exceeds it), each with 64 workers. The poll
+    of the polled clusters: the shortest of ``POLLS`` that keeps the steady rate at or
+    below 60 % of the rate limit, the rest being headroom for events, failovers and
+    bursts. The hook pods' request threads
     (pods x 2 x GUNICORN_THREADS) at least the workers of all installs: a sync of a cluster
     with a member that never answers holds a thread for the 2 s probe deadline without
     using CPU, so the HPA (on CPU) would not add pods for it. The healthy resyncs are
@@ -152,7 +159,7 @@ def recommended(n: int, mix: Mix = Mix()) -> tuple[Metacontroller, Policy, int, 
             workers=64,
             qps=round(0.95 * budget / shards),
             burst=round(0.05 * budget / shards),
-            resync_period=None,
+            resync_period=SHIPPED.resync_period,
             shards=shards,
         )
         threads = 32

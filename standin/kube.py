@@ -19,23 +19,29 @@ kubeconfig (the admin's, or the ``metacontroller`` ServiceAccount's):
   keyed likewise, ``finalizing``, every object as the server returned it (managedFields and
   all);
 * a non-200, a transport error or a reply that strict unmarshalling refuses changes nothing
-  and requeues with exponential backoff (:class:`standin.workqueue.WorkQueue`); a 429 with a
-  positive ``Retry-After`` requeues after it without backoff;
+  and requeues with ``AddRateLimited`` (:class:`standin.workqueue.WorkQueue` with client-go's
+  ``DefaultTypedControllerRateLimiter``, :mod:`standin.ratelimit`: 5 ms doubling per parent
+  up to 1000 s, and a 10/s burst-100 bucket for the queue, the longer of the two); a
+  successful sync ``Forget``s the parent's count; a 429 with a positive ``Retry-After``
+  requeues after it, neither counted nor forgotten;
 * applies an accepted reply (:mod:`standin.kube_apply`): namespaces defaulted, the
   ``controller-uid`` label added and checked, ``resyncAfterSeconds`` scheduled,
   ``finalized: true`` removes the finalizer, then children managed (deletes first, UID
   precondition), then the status written through the subresource only when it changed;
-* queues a parent on its own events, on events of children whose controller it is (and of
-  orphans its selector matches), on related objects its rules match, and every
-  ``resyncPeriodSeconds`` if the CompositeController sets one.
+* queues a parent (``Add``, never rate limited) on its own events, on events of children
+  whose controller it is (and of orphans its selector matches), on related objects its rules
+  match, every ``--cache-flush-interval`` (30 min) and, if the CompositeController sets
+  ``resyncPeriodSeconds`` (0 included: raised to 1 s), on a ticker of that period when it is
+  shorter than the cache flush (:func:`resync_periods`).
 
 Where it differs from Metacontroller (beyond :mod:`standin.kube_apply` and
 :mod:`standin.reflector`): hook ``version: v1`` only; webhook ``url`` only (no ``service`` +
 ``path``), no ``etag``, mTLS or basic auth (the bearer token of a matching
 ``endpointConfigs`` entry is read from its Secret, as 4.16+ does); ``responseUnMarshallMode``
 is always strict; no ``parentResource.labelSelector`` or ``ignoreStatusChanges``; no Events
-(``SyncError``), metrics, leader election or ``--cache-flush-interval`` resync; the client-go
-token bucket (10 qps) of the rate limiter is left out; a related event walks only the parents
+(``SyncError``), metrics or leader election; no client-go REST rate limit
+(``--client-go-qps``/``--client-go-burst``); the cache flush resyncs the parents from the
+cache without re-listing them from the server; a related event walks only the parents
 whose customize answer is cached (Metacontroller would call customize from the event
 handler); the bearer token's Secret is read from the API server for every hook call
 (Metacontroller reads it once, when it builds the controller), so while the API server is
@@ -83,6 +89,8 @@ CC_PATH = "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers"
 FINALIZER_PREFIX = "metacontroller.io/compositecontroller-"
 CUSTOMIZE_TTL = 20 * 60.0
 DEFAULT_TIMEOUT = 10.0
+#: ``--cache-flush-interval`` (deploy/metacontroller-values.yaml, Metacontroller's default).
+CACHE_FLUSH = 30 * 60.0
 
 
 @dataclass(frozen=True)
@@ -129,6 +137,24 @@ def parse_duration(text: str | None) -> float:
     raise ValueError(f"cannot parse the webhook timeout {text!r}")
 
 
+def resync_periods(resync_period_seconds: object, cache_flush: float) -> list[float]:
+    """The periods at which every parent is enqueued, as Metacontroller v4.17.2 sets them up:
+    the shared informer's own resync at ``--cache-flush-interval`` (client-go's resync of
+    the store, delivered to every handler: ``pkg/dynamic/informer/informer.go``
+    ``newSharedResourceInformer``), and, when ``resyncPeriodSeconds`` is set (``0``
+    included), a ticker of its own for the parent handler, raised to 1 s when below
+    (``pkg/controller/composite/controller.go`` ``Start``), and started only when shorter
+    than the cache flush (``sharedEventHandler.addHandler``)."""
+    periods = [cache_flush]
+    if resync_period_seconds is not None:
+        if not isinstance(resync_period_seconds, int):
+            raise ValueError(f"resyncPeriodSeconds {resync_period_seconds!r} is not an integer")
+        period = max(1.0, float(resync_period_seconds))
+        if period < cache_flush:
+            periods.append(period)
+    return periods
+
+
 def retry_after(value: str | None) -> float:
     """Seconds of a ``Retry-After`` header (seconds or an HTTP date); 0 if absent/bad."""
     if not value:
@@ -150,7 +176,7 @@ class KubeMetacontroller:
         name: str = "pg-failover-hook",
         *,
         workers: int = 5,
-        max_backoff: float = 2.0,
+        cache_flush: float = CACHE_FLUSH,
         watch_seconds: int = 30,
         on_record: Callable[[KubeSyncRecord], None] | None = None,
     ) -> None:
@@ -160,7 +186,10 @@ class KubeMetacontroller:
         self.workers = workers
         self.watch_seconds = watch_seconds
         self.on_record = on_record
-        self.queue = WorkQueue(max_backoff=max_backoff)
+        self.cache_flush = cache_flush
+        self.queue = WorkQueue()
+        #: When each resync tick enqueued every parent (monotonic; for tests).
+        self.resyncs: list[float] = []
         self.records: list[KubeSyncRecord] = []
         self.customize_calls = 0
         #: The last sync or finalize request sent for each parent (for tests).
@@ -222,11 +251,8 @@ class KubeMetacontroller:
             thread = threading.Thread(target=self._work, name=f"mc-worker-{index}", daemon=True)
             thread.start()
             self._threads.append(thread)
-        period = spec.get("resyncPeriodSeconds")
-        if period:
-            thread = threading.Thread(
-                target=self._resync, args=(max(1.0, float(period)),), daemon=True
-            )
+        for period in resync_periods(spec.get("resyncPeriodSeconds"), self.cache_flush):
+            thread = threading.Thread(target=self._resync, args=(period,), daemon=True)
             thread.start()
             self._threads.append(thread)
         return self
@@ -308,7 +334,16 @@ class KubeMetacontroller:
         return handler
 
     def _resync(self, period: float) -> None:
-        while not self._stop.wait(period):
+        """A ticker (Go's ``time.NewTicker``: every ``period`` from the start, not from the
+        last tick's end) that ``Add``s every parent in the cache, as ``eventHandler.resync``
+        does: no rate limiter, no ``Forget``."""
+        started = time.monotonic()
+        ticks = 0
+        while True:
+            ticks += 1
+            if self._stop.wait(max(0.0, started + ticks * period - time.monotonic())):
+                return
+            self.resyncs.append(time.monotonic())
             for parent in self._parents():
                 self.queue.add(object_key(parent))
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,9 +44,6 @@ READINESS_PROBE: dict[str, Any] = {
     "timeoutSeconds": 1,
     "failureThreshold": 3,
 }
-#: The stand-in's cap on its per-parent retry backoff (client-go's is 1000 s): a failed
-#: sync is retried within a second, so a test's bound does not hide a minute of backoff.
-MAX_BACKOFF = 1.0
 #: What the hook must be told to probe the test Pod network (and nothing else).
 HOOK_ENV = {"PGFH_ALLOWED_POD_CIDRS": "198.18.0.0/24"}
 
@@ -228,9 +225,7 @@ class KubeRig:
             self.binary.start()
             return
         assert self.controller_kubeconfig is not None, "the rig was made without kube_rig"
-        controller = KubeMetacontroller(
-            self.controller_kubeconfig, on_record=self.on_record, max_backoff=MAX_BACKOFF
-        )
+        controller = KubeMetacontroller(self.controller_kubeconfig, on_record=self.on_record)
         controller.start()
         self.controller = controller
 
@@ -262,6 +257,7 @@ def kube_rig(
     work_dir: Path | None = None,
     controller_kubeconfig: Path | None = None,
     create_pods: bool = True,
+    controller_spec: Mapping[str, Any] | None = None,
 ) -> Iterator[KubeRig]:
     """Pods, kubelet, CompositeController, Metacontroller and the PostgreSQLCluster; all of
     it stopped (the cluster's objects deleted with the namespace by the caller) on exit.
@@ -270,10 +266,12 @@ def kube_rig(
     :func:`controlplane.accounts.metacontroller_kubeconfig`), else with ``kubeconfig``.
     ``create_pods=False``: the member Pods exist already (Patroni on its Kubernetes DCS
     patches its own Pod, so they are made before it starts:
-    :func:`devcluster.kubernetes_dcs.create_member_pods`)."""
+    :func:`devcluster.kubernetes_dcs.create_member_pods`). ``controller_spec``: fields of
+    the shipped CompositeController's spec replaced (``None``: removed), e.g. a test's
+    ``resyncPeriodSeconds`` (:func:`standin.kube_setup.install`)."""
     controller_config = controller_kubeconfig or kubeconfig
     rest = KubeRest.from_kubeconfig(kubeconfig)
-    install(rest, hook_url, token)
+    install(rest, hook_url, token, controller_spec)
     with KubeletStandIn(rest, NODE) as kubelet:
         for member in cluster.members if create_pods else ():
             _create_pod(rest, member_pod(member.name, member.ip, namespace))
@@ -281,9 +279,7 @@ def kube_rig(
         binary = binary_from_env(controller_config, work_dir or Path("/tmp"), namespace)
         controller = None
         if binary is None:
-            controller = KubeMetacontroller(
-                controller_config, on_record=on_record, max_backoff=MAX_BACKOFF
-            )
+            controller = KubeMetacontroller(controller_config, on_record=on_record)
             controller.start()
         else:
             binary.start()

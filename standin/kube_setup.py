@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -67,11 +68,19 @@ def apply_crds(rest: KubeRest, *files: Path, timeout: float = 30.0) -> None:
             time.sleep(0.1)
 
 
-def install(rest: KubeRest, hook_url: str, token: str | None) -> dict[str, Any]:
+def install(
+    rest: KubeRest, hook_url: str, token: str | None, spec: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """CRDs, the token Secret and the loopback CompositeController; the CompositeController
-    as the server stored it."""
+    as the server stored it. ``spec``: fields of the shipped spec replaced (``None``:
+    removed), e.g. a test's ``resyncPeriodSeconds``."""
     apply_crds(rest)
     controller = local_controller(hook_url)
+    for field, value in (spec or {}).items():
+        if value is None:
+            controller["spec"].pop(field, None)
+        else:
+            controller["spec"][field] = value
     for entry in controller["spec"].get("endpointConfigs") or []:
         ref = (entry.get("authorization") or {}).get("secretRef")
         if not ref or token is None:

@@ -4,8 +4,9 @@ A DEVELOPMENT STAND-IN for tests, the demo and the benchmarks: production runs r
 Metacontroller with leader election. It speaks the real contract: customize once,
 then sync; replies are applied by :func:`standin.apply.apply_reply`;
 ``resyncAfterSeconds`` schedules the next call (else ``resyncPeriodSeconds``); a
-non-200 or a broken reply changes nothing and backs off exponentially, like
-Metacontroller's workqueue rate limiter (5 ms doubling); a related Pod change, a change
+non-200 or a broken reply changes nothing and backs off with Metacontroller's workqueue rate
+limiter (:func:`standin.ratelimit.default_controller_rate_limiter`: 5 ms doubling up to
+1000 s; a success forgets it); a related Pod change, a change
 of our own child or a status write triggers an immediate sync.
 
 Scheduled calls follow client-go's delaying queue (:class:`DelayedAdd`), not a timer that
@@ -27,8 +28,11 @@ import requests
 
 from standin.apply import Applied, HookError, World, apply_reply, check_reply
 from standin.gunicorn import credentials_for
+from standin.ratelimit import default_controller_rate_limiter
 
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
+#: The one parent's key in the rate limiter.
+PARENT_KEY = "parent"
 
 
 @dataclass
@@ -101,7 +105,6 @@ class MetacontrollerStandIn:
         service_name: str,
         resync_period: float = 30.0,
         timeout: float = 5.0,
-        max_backoff: float = 2.0,
         on_record: Callable[[SyncRecord], None] | None = None,
         read_only_service: str | None = None,
         headers: Mapping[str, str] | None = None,
@@ -113,7 +116,8 @@ class MetacontrollerStandIn:
         self.service_name = service_name
         self.resync_period = resync_period
         self.timeout = timeout
-        self.max_backoff = max_backoff
+        #: client-go's rate limiter for the one parent (``AddRateLimited``/``Forget``).
+        self.limiter = default_controller_rate_limiter()
         self.on_record = on_record
         self.read_only_service = read_only_service
         self.stats = StandInStats()
@@ -167,7 +171,6 @@ class MetacontrollerStandIn:
     # -------------------------------------------------------------------- loop
 
     def _run(self) -> None:
-        backoff = 0.005
         self._customize()
         now = True  # the first sync: the parent's add event
         while not self._stop.is_set():
@@ -184,10 +187,10 @@ class MetacontrollerStandIn:
             now = False
             record = self.sync_once()
             if record.error is not None:
-                self.scheduled.add_after(time.monotonic(), backoff)  # AddRateLimited
-                backoff = min(backoff * 2, self.max_backoff)
+                failed = time.monotonic()
+                self.scheduled.add_after(failed, self.limiter.when(PARENT_KEY, failed))
                 continue
-            backoff = 0.005
+            self.limiter.forget(PARENT_KEY)
             applied = record.applied
             assert applied is not None
             self.scheduled.add_after(record.finished, record.resync_after or self.resync_period)

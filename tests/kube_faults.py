@@ -322,10 +322,12 @@ def rig_on(
     hook_url: str,
     token: str | None,
     work_dir: Path,
+    controller_spec: Mapping[str, Any] | None = None,
 ) -> Iterator[KubeRig]:
     """The rig of the end-to-end tests on ``plane``: Metacontroller (stand-in or binary) as
     its own least-privilege ServiceAccount; on exit, not one of its calls may have been
-    refused (403)."""
+    refused (403). ``controller_spec``: the CompositeController's spec fields the test
+    sets (:func:`standin.kube_rig.kube_rig`)."""
     with kube_rig(
         cluster,
         plane.admin_kubeconfig,
@@ -334,6 +336,7 @@ def rig_on(
         token,
         work_dir=work_dir,
         controller_kubeconfig=metacontroller_kubeconfig(plane),
+        controller_spec=controller_spec,
     ) as running:
         yield running
         if running.controller is not None:

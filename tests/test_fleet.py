@@ -175,9 +175,32 @@ def test_a_resync_period_is_a_burst_that_delays_pod_events() -> None:
     row = Row(
         "r", 1000, mc, policy, hook_pods=pods, hook_threads=threads, duration=200, switchovers=150
     )
-    without = _run(row)
+    without = _run(replace(row, mc=replace(mc, resync_period=None)))
     every_minute = _run(replace(row, mc=replace(mc, resync_period=60.0)))
     assert without.lag(fleet.POD_CHANGING, 0.99) < every_minute.lag(fleet.POD_CHANGING, 0.99)
+
+
+def test_after_every_hook_pod_was_down_only_the_resync_period_bounds_recovery() -> None:
+    """Every hook pod down for 120 s with switchovers inside: without a period the parents
+    wait out client-go's backoff (doubling per parent, 10 retries/s for the queue), far past
+    the outage; with one, every parent is routed within a period of the hook's return."""
+    mc = replace(SHIPPED, resync_period=None)
+    row = Row(
+        "down",
+        300,
+        mc,
+        SHIPPED_POLICY,
+        duration=30 + 120 + 400,
+        switchovers=30,
+        hooks_down_at=30.0,
+        hooks_down_for=120.0,
+    )
+    without = _run(row)
+    with_period = _run(replace(row, mc=replace(mc, resync_period=20.0)))
+    assert without.hook_errors > 0 and with_period.hook_errors > 0
+    assert len(without.recovery) == len(with_period.recovery) == 30
+    assert max(with_period.recovery) <= 20.0 + 1.0
+    assert max(without.recovery) > 40.0
 
 
 def test_resync_period_zero_means_every_second() -> None:
@@ -195,8 +218,12 @@ def test_recommended_5000_meets_the_api_targets_and_the_lag_targets_with_phase_s
     """At 5,000 clusters the API budget and the event-less lag hold with the recommended
     settings; the Pod-changing p99 <= 1 s holds only with phase-spread resyncs (the hook's,
     hooks.core.switchover.spread_resync): without them the fleet stays in one clump after a
-    restart and p99 sits around 1 s (0.75-1.16 s over three seeds; docs/scale.md)."""
+    restart and p99 sits around 1 s (0.75-1.16 s over three seeds; docs/scale.md). Both
+    without the recommended ``resyncPeriodSeconds``, whose bursts cost this p99 on their
+    own (the next test)."""
     mc, policy, pods, threads = fleet.recommended(5000)
+    assert mc.resync_period == 60.0, "the safety net is recommended at every size"
+    mc = replace(mc, resync_period=None)
     assert policy.spread, "the hook always spreads its healthy resyncs"
     row = Row(
         "rec", 5000, mc, policy, hook_pods=pods, hook_threads=threads, duration=90, switchovers=200
@@ -211,6 +238,24 @@ def test_recommended_5000_meets_the_api_targets_and_the_lag_targets_with_phase_s
     assert spread.lag(fleet.EVENTLESS, 0.99) <= policy.poll + 1.0
     assert spread.lag(fleet.POD_CHANGING, 0.99) < plain.lag(fleet.POD_CHANGING, 0.99)
     assert spread.api_peak < plain.api_peak
+
+
+def test_the_recommended_resync_period_costs_5000_clusters_a_burst_per_period() -> None:
+    """The safety net's price at 5,000 clusters (docs/scale.md): each tick queues every
+    parent of a shard at once, so a Pod event that lands in the burst waits for it to
+    drain: about N_shard / (qps - steady rate) s; the steady API rate grows by N / period."""
+    mc, policy, pods, threads = fleet.recommended(5000)
+    row = Row(
+        "rec", 5000, mc, policy, hook_pods=pods, hook_threads=threads, duration=150, switchovers=200
+    )
+    with_net = _run(row)
+    without = _run(replace(row, mc=replace(mc, resync_period=None)))
+    drain = 1000 / (mc.qps - fleet.steady_rate(1000, Mix(), policy.poll))
+    assert without.lag(fleet.POD_CHANGING, 0.99) < with_net.lag(fleet.POD_CHANGING, 0.99)
+    assert with_net.lag(fleet.POD_CHANGING, 1.0) <= drain + 2.0
+    extra = with_net.api_per_second - without.api_per_second
+    assert 0 < extra <= 1.5 * 5000 / 60.0
+    assert not any(with_net.unfinished.values())
 
 
 def test_recommended_poll_fits_the_budget() -> None:

@@ -106,7 +106,7 @@ def test_shard_compositecontrollers_validate_and_select_their_shard() -> None:
         assert parent.pop("labelSelector") == {"matchLabels": {LABEL: str(k)}}
         # Everything else is the shipped controller: same hooks, children, auth.
         assert cc["spec"] == shipped["spec"]
-        assert "resyncPeriodSeconds" not in cc["spec"]
+        assert cc["spec"]["resyncPeriodSeconds"] == 60  # the safety net, per shard
 
 
 def test_negative_control_a_shard_controller_with_a_typo_is_caught() -> None:

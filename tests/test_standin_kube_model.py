@@ -13,7 +13,7 @@ import pytest
 
 from standin.apply import LAST_APPLIED
 from standin.dynamic_apply import apply_update, detect_list_map_key, for_create, merge
-from standin.kube import parse_duration, retry_after
+from standin.kube import parse_duration, resync_periods, retry_after
 from standin.kube_setup import local_controller
 from standin.metacontroller_binary import command_args
 from standin.selectors import matches
@@ -111,7 +111,7 @@ def test_label_selectors() -> None:
 
 
 def test_the_queue_never_hands_one_key_to_two_workers_and_keeps_the_earlier_resync() -> None:
-    queue = WorkQueue(max_backoff=0.05)
+    queue = WorkQueue()
     queue.add("a")
     queue.add("a")
     assert queue.get(0.1) == "a"
@@ -127,7 +127,7 @@ def test_the_queue_never_hands_one_key_to_two_workers_and_keeps_the_earlier_resy
     assert time.monotonic() - started < 0.5
     queue.done("b")
     delays = [queue.add_rate_limited("c") for _ in range(6)]
-    assert delays == [0.005, 0.01, 0.02, 0.04, 0.05, 0.05]
+    assert delays == [0.005, 0.01, 0.02, 0.04, 0.08, 0.16]  # client-go's: no kinder cap
     queue.forget("c")
     assert queue.add_rate_limited("c") == 0.005
 
@@ -174,3 +174,15 @@ def test_a_related_rule_by_names_matches_that_name_in_the_parents_namespace_only
     assert KubeMetacontroller._rule_matches(rule, PARENT, service("db", "pg"))
     assert not KubeMetacontroller._rule_matches(rule, PARENT, service("other", "pg"))
     assert not KubeMetacontroller._rule_matches(rule, PARENT, service("db", "pg2"))
+
+
+def test_resync_periods_are_metacontrollers() -> None:
+    """The cache flush always; resyncPeriodSeconds as a ticker of its own, raised to 1 s
+    (0 is every second, not off), only when shorter than the cache flush."""
+    assert resync_periods(None, 1800.0) == [1800.0]
+    assert resync_periods(60, 1800.0) == [1800.0, 60.0]
+    assert resync_periods(0, 1800.0) == [1800.0, 1.0]
+    assert resync_periods(3600, 1800.0) == [1800.0]
+    assert resync_periods(1800, 1800.0) == [1800.0]
+    with pytest.raises(ValueError, match="not an integer"):
+        resync_periods("60", 1800.0)
