@@ -322,10 +322,11 @@ def rig_on(
     hook_url: str,
     token: str | None,
     work_dir: Path,
+    replicas: int | None = None,
 ) -> Iterator[KubeRig]:
     """The rig of the end-to-end tests on ``plane``: Metacontroller (stand-in or binary) as
-    its own least-privilege ServiceAccount; on exit, not one of its calls may have been
-    refused (403)."""
+    its own least-privilege ServiceAccount (``replicas``: that many, with leader election,
+    under the supervisor); on exit, not one of its calls may have been refused (403)."""
     with kube_rig(
         cluster,
         plane.admin_kubeconfig,
@@ -334,10 +335,10 @@ def rig_on(
         token,
         work_dir=work_dir,
         controller_kubeconfig=metacontroller_kubeconfig(plane),
+        replicas=replicas,
     ) as running:
         yield running
-        if running.controller is not None:
-            assert running.controller.rest.forbidden == []
+        assert running.forbidden() == []
 
 
 def wait_status(
