@@ -66,8 +66,9 @@ def apiserver_down(unreachable: float, reconnect: float, start: float, one_sync:
     return max(reconnect, takeover + start + one_sync)
 
 
-def etcd_paused(paused: float, start: float, one_sync: float) -> float:
-    """Kubernetes' etcd paused ``paused`` s: the leader's renewals hang (5 s client timeout,
+def paused_for(paused: float, start: float, one_sync: float) -> float:
+    """Kubernetes' etcd or kube-apiserver paused (SIGSTOP) ``paused`` s, the bound from the
+    pause's end. The leader's renewals hang (5 s client timeout,
     then a GET cut at the renew deadline), so a pause as long as the renew deadline may cost
     the Lease. A renewal the server took before the pause and applies after it may be the
     last record the standby sees, at the pause's end: the standby takes the Lease at most
