@@ -9,7 +9,8 @@ replicas, ``--leader-election``) and restarted as the kubelet restarts a contain
 * the Lease (controller-runtime's defaults, which Metacontroller cannot change): a candidate
   takes a lease whose holder stopped renewing ``LEASE_DURATION`` after it FIRST saw the last
   record, at its next attempt (every ``RETRY_PERIOD`` x up to 2.2 = ``ACQUIRE``). A standby
-  that was watching saw the last renewal at most one attempt after it was written:
+  that was watching sees the last renewal at most one attempt after it was written (or
+  after the API server can be reached again):
   ``TAKEOVER = LEASE_DURATION + 2 x ACQUIRE`` = 23.8 s after the leader stopped; a process
   started after the leader stopped: ``LEASE_DURATION + ACQUIRE`` = 19.4 s after its start.
 * a leader that cannot renew for ``RENEW_DEADLINE`` exits (at most ``RENEW_DEADLINE +
@@ -57,13 +58,14 @@ def rolling_update(start: float, one_sync: float) -> float:
 def apiserver_down(unreachable: float, reconnect: float, start: float, one_sync: float) -> float:
     """The API server unreachable for ``unreachable`` s; ``reconnect``: the bound of the
     watches' reconnect and one sync without a leader change. Shorter than the renew
-    deadline: the leader keeps the Lease. Longer: it exits, and the standby, whose last
-    look at a changed record is older than the lease duration, takes it at its first
-    attempt after the server is back."""
+    deadline: the leader keeps the Lease. Longer: it exits, and the standby takes the Lease
+    :data:`TAKEOVER` after the server is back at the latest: its first look after the outage
+    may be the first time it sees the leader's last renewal (it looks every 2-4.4 s, the
+    leader renews every 2 s), and a changed record restarts its lease-duration wait (seen
+    here: 16.9 s after the server was back)."""
     if unreachable < RENEW_DEADLINE - MARGIN:
         return reconnect
-    takeover = max(ACQUIRE, TAKEOVER - unreachable)
-    return max(reconnect, takeover + start + one_sync)
+    return max(reconnect, TAKEOVER + start + one_sync)
 
 
 def paused_for(paused: float, start: float, one_sync: float) -> float:

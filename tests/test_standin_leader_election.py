@@ -320,3 +320,22 @@ def test_a_leader_that_cannot_renew_stops_leading_at_the_renew_deadline(
     assert time.monotonic() - cut <= FAST.renew_deadline + 2 * FAST.retry_period + 1
     assert [event for _, event in elector.events] == ["acquired", "renew-failed", "lost"]
     stop.set()
+
+
+# -- the bounds the fault tests hold routing to ---------------------------------------------
+def test_the_lease_bounds_follow_from_the_timings() -> None:
+    from tests import control_path_bounds as bounds
+
+    assert bounds.TAKEOVER == pytest.approx(23.8)
+    assert bounds.FRESH_TAKEOVER == pytest.approx(19.4)
+    assert bounds.EXIT_AFTER == 12.0
+    assert bounds.leader_killed(5.0, 4.5) == pytest.approx(33.3)
+    assert bounds.rolling_update(5.0, 4.5) == pytest.approx(33.3)
+    assert bounds.all_restarted(5.0, 4.5) == pytest.approx(28.9)
+    # under the renew deadline the leader stays: only the reconnect and one sync
+    assert bounds.apiserver_down(8.9, 12.0, 5.0, 4.5) == 12.0
+    # longer: the standby may see the leader's last renewal only after the outage
+    assert bounds.apiserver_down(38.0, 12.0, 5.0, 4.5) == pytest.approx(33.3)
+    assert bounds.apiserver_down(38.0, 34.5, 5.0, 4.5) == 34.5
+    assert bounds.paused_for(5.0, 5.0, 4.5) == 4.5
+    assert bounds.paused_for(10.0, 5.0, 4.5) == pytest.approx(33.3)
