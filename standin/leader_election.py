@@ -270,17 +270,18 @@ class LeaderElector:
         return False
 
     def _renew(self, stop: threading.Event) -> bool:
+        """``wait.Until(poll, RetryPeriod)``: each poll tries at once, then on every tick of
+        ``RetryPeriod`` from its start, until one attempt succeeds; a tick at or after
+        ``RenewDeadline`` finds the poll's context done (no attempt): the lease is lost."""
         while True:
             started = self.clock()
             deadline = started + self.timings.renew_deadline
+            tick = started
             while not self.try_acquire_or_renew(deadline):
-                if stop.is_set():
-                    return False
-                left = self.timings.renew_deadline - (self.clock() - started)
-                if renew_deadline_passed(started, self.clock(), self.timings) or stop.wait(
-                    min(self.timings.retry_period, max(left, 0.0))
-                ):
-                    if stop.is_set():
+                tick += self.timings.retry_period
+                now = self.clock()
+                if tick >= deadline or renew_deadline_passed(started, now, self.timings):
+                    if stop.wait(max(0.0, deadline - now)):
                         return False
                     LOG.warning(
                         "%s: failed to renew lease %s/%s: timed out; stopped leading",
@@ -290,6 +291,8 @@ class LeaderElector:
                     )
                     self.events.append((self.clock(), "renew-failed"))
                     return True
+                if stop.wait(max(0.0, tick - now)):
+                    return False
             if stop.wait(self.timings.retry_period):
                 return False
 

@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
+import requests
 
 from controlplane import ControlPlane
-from controlplane.rest import KubeRest, resource_path
+from controlplane.rest import KubeApiError, KubeRest, resource_path
 from standin.leader_election import (
     JITTER_FACTOR,
     LEASE_DURATION,
@@ -145,6 +146,61 @@ def test_lease_records_round_trip_through_a_lease_spec() -> None:
     record = LeaseRecord(A, 15, T0, T1, 7)
     assert LeaseRecord.from_spec(record.to_spec()) == record
     assert LeaseRecord.from_spec({}) == LeaseRecord("", 0, "", "", 0)
+
+
+class FlakyServer:
+    """A Lease API that answers until ``down`` is set, then refuses every call."""
+
+    def __init__(self) -> None:
+        self.lease: dict[str, object] | None = None
+        self.down = False
+        self.calls: list[tuple[float, str]] = []
+
+    def request(self, method: str, path: str, **kwargs: object) -> dict[str, object]:
+        self.calls.append((time.monotonic(), method))
+        if self.down:
+            raise requests.ConnectionError("refused")
+        if method == "GET":
+            if self.lease is None:
+                raise KubeApiError(404, "NotFound", "no lease")
+            return dict(self.lease)
+        body = kwargs["body"]
+        assert isinstance(body, dict)
+        self.lease = dict(body)
+        return dict(body)
+
+
+def test_a_leader_exits_when_renewals_fail_until_the_renew_deadline() -> None:
+    """Renewals tried at once and every retry period from the poll's start; none at the
+    deadline; then ``run`` returns True (Metacontroller's process exits) and the Lease was
+    never released (no write after the cut)."""
+    timings = Timings(lease_duration=3.0, renew_deadline=1.0, retry_period=0.25)
+    server = FlakyServer()
+    elector = LeaderElector(server, "ns", identity=A, timings=timings)  # type: ignore[arg-type]
+    stop = threading.Event()
+    result: list[bool] = []
+    thread = threading.Thread(target=lambda: result.append(elector.run(stop)), daemon=True)
+    thread.start()
+    assert elector.leading.wait(2)
+    time.sleep(0.6)  # a few renewals
+    assert server.lease is not None and server.calls[-1][1] == "PUT"
+    server.down = True
+    cut = time.monotonic()
+    thread.join(3)
+    stop.set()
+    assert result == [True]
+    failed = [at for at, _ in server.calls if at >= cut]
+    poll = failed[0]
+    # each attempt: the optimistic PUT (the observed lease is still valid), then the GET;
+    # at 0, 0.25, 0.5 and 0.75 s of the poll, none at the deadline
+    puts = [at - poll for at, method in server.calls if at >= cut and method == "PUT"]
+    gets = [at - poll for at, method in server.calls if at >= cut and method == "GET"]
+    assert len(puts) == len(gets) == 4, server.calls
+    assert [round(at * 4) for at in puts] == [0, 1, 2, 3], puts
+    lost = next(at for at, event in elector.events if event == "renew-failed")
+    assert 0.95 <= lost - poll <= 1.2
+    assert not elector.leading.is_set()
+    assert server.lease["spec"]["holderIdentity"] == A  # type: ignore[index]
 
 
 # -- the kubelet's CrashLoopBackOff ----------------------------------------------------------
@@ -326,8 +382,8 @@ def test_a_leader_that_cannot_renew_stops_leading_at_the_renew_deadline(
 def test_the_lease_bounds_follow_from_the_timings() -> None:
     from tests import control_path_bounds as bounds
 
-    assert bounds.TAKEOVER == pytest.approx(23.8)
-    assert bounds.FRESH_TAKEOVER == pytest.approx(19.4)
+    assert round(bounds.TAKEOVER, 6) == 23.8
+    assert round(bounds.FRESH_TAKEOVER, 6) == 19.4
     assert bounds.EXIT_AFTER == 12.0
     assert bounds.leader_killed(5.0, 4.5) == pytest.approx(33.3)
     assert bounds.rolling_update(5.0, 4.5) == pytest.approx(33.3)
