@@ -261,13 +261,12 @@ class ControlPlane:
         return time.monotonic() - started
 
     @contextlib.contextmanager
-    def apiserver_down(self, grace: float = STOP_GRACE) -> Iterator[ApiserverOutage]:
-        """kube-apiserver stopped (SIGTERM, until it has exited; SIGKILL after ``grace``
-        seconds) for the block, then started again on the same port and waited for until
-        ``/readyz`` answers 200, however the block ends. The outage's times are filled in as
-        they happen."""
+    def apiserver_down(self) -> Iterator[ApiserverOutage]:
+        """kube-apiserver stopped (SIGTERM, until it has exited) for the block, then started
+        again on the same port and waited for until ``/readyz`` answers 200, however the
+        block ends. The outage's times are filled in as they happen."""
         outage = ApiserverOutage(time.monotonic())
-        self.apiserver.stop(grace)
+        self.apiserver.stop()
         outage.exited = time.monotonic()
         try:
             yield outage
