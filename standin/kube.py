@@ -39,7 +39,7 @@ Where it differs from Metacontroller (beyond :mod:`standin.kube_apply` and
 ``path``), no ``etag``, mTLS or basic auth (the bearer token of a matching
 ``endpointConfigs`` entry is read from its Secret, as 4.16+ does); ``responseUnMarshallMode``
 is always strict; no ``parentResource.labelSelector`` or ``ignoreStatusChanges``; no Events
-(``SyncError``), metrics or leader election; no client-go REST rate limit
+(``SyncError``), metrics or leader election (below); no client-go REST rate limit
 (``--client-go-qps``/``--client-go-burst``); the cache flush resyncs the parents from the
 cache without re-listing them from the server; a related event walks only the parents
 whose customize answer is cached (Metacontroller would call customize from the event
@@ -49,6 +49,21 @@ unreachable the stand-in cannot call the hook at all, where Metacontroller would
 and fail at the write: either way nothing changes until the server is back; the
 ``controller`` object is the server's, plus the ``status: {}`` and
 ``statusChecks: {}`` that Metacontroller's typed struct always serialises.
+
+Leader election is not this class's: with ``replicas`` the rig runs each replica as a
+:class:`standin.metacontroller_replica.StandinReplica` (the communication check, the Lease of
+:mod:`standin.leader_election`, this class started only while leading, an exit on a lost
+lease) under :class:`standin.supervisor.Supervisor` (the kubelet's restarts). Where that
+differs from Metacontroller: a replica lives in the test's process, so its "exit" stops its
+threads rather than ending a process (a hook call in flight may still complete after the
+lease was lost; a real exit cuts it); a standby starts no informers before it leads (the
+manager's caches of CompositeControllers are started by Metacontroller before the election;
+the stand-in reads the CompositeController when it starts leading); no ``LeaderElection``
+Events nor leader metrics; an elector compares the records it reads by value, where client-go
+compares raw bytes and does not store its own PUT's bytes (so its next GET restamps the
+leader's own observation time: the leader's view only, never a standby's); the supervisor sees
+an exit within 0.1 s (the kubelet's PLEG relists every second); a "ready" replica is one past
+its communication check (the binary's ``/readyz``, a ping, likewise answers before it leads).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ Shared by the end-to-end tests and ``make demo``, so both show the same thing:
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -31,8 +32,10 @@ from standin.harness import CLUSTER, PRIMARY_SELECTOR, SERVICE
 from standin.kube import KubeMetacontroller, KubeSyncRecord
 from standin.kube_setup import install
 from standin.loop import POD_NAME_LABEL
-from standin.metacontroller_binary import MetacontrollerBinary, binary_from_env
+from standin.metacontroller_binary import ENV_BINARY, MetacontrollerBinary, binary_from_env
+from standin.metacontroller_replica import BinaryReplica, StandinReplica
 from standin.reflector import Reflector
+from standin.supervisor import Container, Supervisor
 
 NODE = "pgfh-node-0"
 PARENT_API = "adg.io/v1alpha1"
@@ -201,16 +204,41 @@ class KubeRig:
     on_record: Callable[[KubeSyncRecord], None] | None = None
     #: The records of stand-ins stopped by :meth:`restart_controller`.
     _past_records: list[KubeSyncRecord] = field(default_factory=list)
+    #: With ``replicas``: Metacontroller's replicas under the kubelet's restarts
+    #: (:mod:`standin.supervisor`), and how to make them again (:meth:`start_controller`).
+    supervisor: Supervisor | None = None
+    make_supervisor: Callable[[], Supervisor] | None = None
+    #: Every stand-in controller a supervised replica started, and every client it used.
+    supervised: list[KubeMetacontroller] = field(default_factory=list)
+    supervised_rests: list[KubeRest] = field(default_factory=list)
 
     @property
     def records(self) -> list[KubeSyncRecord]:
         """Every hook call of the run, across restarts of the stand-in."""
         now = list(self.controller.records) if self.controller is not None else []
-        return [*self._past_records, *now]
+        supervised = [r for c in list(self.supervised) for r in c.records]
+        return sorted([*self._past_records, *now, *supervised], key=lambda r: r.started)
+
+    def forbidden(self) -> list[str]:
+        """Every call of the stand-in (controllers and lease clients) refused with 403."""
+        rests = [c.rest for c in [self.controller, *self.supervised] if c is not None]
+        return [call for rest in [*rests, *self.supervised_rests] for call in rest.forbidden]
+
+    def describe_control_path(self) -> str:
+        """Where Metacontroller is (no lease, exited, in back-off), for a failing test."""
+        if self.supervisor is not None:
+            return self.supervisor.describe()
+        if self.binary is not None and self.binary.process is not None:
+            code = self.binary.process.poll()
+            return "the binary is running" if code is None else f"the binary exited with {code}"
+        return "the stand-in is running" if self.controller is not None else "no Metacontroller"
 
     def stop_controller(self) -> None:
         """Metacontroller gone (a crash, a rollout): nothing syncs until
         :meth:`start_controller`. The stand-in's records are kept."""
+        if self.supervisor is not None:
+            self.supervisor.stop()
+            self.supervisor = None
         if self.controller is not None:
             self.controller.stop()
             self._past_records.extend(self.controller.records)
@@ -220,7 +248,11 @@ class KubeRig:
 
     def start_controller(self) -> None:
         """Metacontroller back: a new process with empty caches, which lists everything,
-        then syncs every parent (a real binary: the same binary started again)."""
+        then syncs every parent (a real binary: the same binary started again); with
+        replicas, every replica made again (they campaign for the Lease first)."""
+        if self.make_supervisor is not None:
+            self.supervisor = self.make_supervisor().start()
+            return
         if self.binary is not None:
             self.binary.start()
             return
@@ -258,6 +290,7 @@ def kube_rig(
     controller_kubeconfig: Path | None = None,
     create_pods: bool = True,
     controller_spec: Mapping[str, Any] | None = None,
+    replicas: int | None = None,
 ) -> Iterator[KubeRig]:
     """Pods, kubelet, CompositeController, Metacontroller and the PostgreSQLCluster; all of
     it stopped (the cluster's objects deleted with the namespace by the caller) on exit.
@@ -268,7 +301,12 @@ def kube_rig(
     patches its own Pod, so they are made before it starts:
     :func:`devcluster.kubernetes_dcs.create_member_pods`). ``controller_spec``: fields of
     the shipped CompositeController's spec replaced (``None``: removed), e.g. a test's
-    ``resyncPeriodSeconds`` (:func:`standin.kube_setup.install`)."""
+    ``resyncPeriodSeconds`` (:func:`standin.kube_setup.install`).
+    ``replicas``: Metacontroller as that many replicas with leader election, each restarted
+    as the kubelet restarts a container (:mod:`standin.supervisor`); the stand-in's are
+    :class:`standin.metacontroller_replica.StandinReplica`, a binary's run with the values'
+    ``--leader-election``. Without it: one process without supervision (the stand-in
+    without leader election)."""
     controller_config = controller_kubeconfig or kubeconfig
     rest = KubeRest.from_kubeconfig(kubeconfig)
     install(rest, hook_url, token, controller_spec)
@@ -276,12 +314,14 @@ def kube_rig(
         for member in cluster.members if create_pods else ():
             _create_pod(rest, member_pod(member.name, member.ip, namespace))
         slices = SliceWatch(rest, namespace, on_change=on_change).start()
-        binary = binary_from_env(controller_config, work_dir or Path("/tmp"), namespace)
+        binary = None
+        if replicas is None:  # supervised replicas are made by _supervisor_maker below
+            binary = binary_from_env(controller_config, work_dir or Path("/tmp"), namespace)
         controller = None
-        if binary is None:
+        if replicas is None and binary is None:
             controller = KubeMetacontroller(controller_config, on_record=on_record)
             controller.start()
-        else:
+        elif binary is not None:
             binary.start()
         rig = KubeRig(
             cluster,
@@ -294,6 +334,11 @@ def kube_rig(
             controller_config,
             on_record,
         )
+        if replicas is not None:
+            rig.make_supervisor = _supervisor_maker(
+                rig, controller_config, work_dir or Path("/tmp"), namespace, replicas
+            )
+            rig.start_controller()
         try:
             rest.create(resource_path(PARENT_API, PARENTS, namespace), cluster_resource(namespace))
             yield rig
@@ -301,6 +346,32 @@ def kube_rig(
             rig.stop_controller()
             slices.stop()
     rest.close()
+
+
+def _supervisor_maker(
+    rig: KubeRig, kubeconfig: Path, work_dir: Path, namespace: str, replicas: int
+) -> Callable[[], Supervisor]:
+    """How :meth:`KubeRig.start_controller` makes the replicas: the stand-in's, or the
+    binary ``PGFH_METACONTROLLER_BINARY`` names (each start a new container name)."""
+    made = [0]
+    binary = os.environ.get(ENV_BINARY)
+
+    def make(replica: int) -> Container:
+        made[0] += 1
+        name = f"mc-{replica}-{made[0]}"
+        if binary:
+            return BinaryReplica(name, Path(binary), kubeconfig, work_dir, namespace)
+
+        def controller() -> KubeMetacontroller:
+            made_controller = KubeMetacontroller(kubeconfig, on_record=rig.on_record)
+            rig.supervised.append(made_controller)
+            return made_controller
+
+        return StandinReplica(
+            name, kubeconfig, namespace, controller, on_rest=rig.supervised_rests.append
+        )
+
+    return lambda: Supervisor(make, replicas)
 
 
 def _create_pod(rest: KubeRest, pod: dict[str, Any], timeout: float = 30.0) -> None:

@@ -323,11 +323,13 @@ def rig_on(
     token: str | None,
     work_dir: Path,
     controller_spec: Mapping[str, Any] | None = None,
+    replicas: int | None = None,
 ) -> Iterator[KubeRig]:
     """The rig of the end-to-end tests on ``plane``: Metacontroller (stand-in or binary) as
-    its own least-privilege ServiceAccount; on exit, not one of its calls may have been
-    refused (403). ``controller_spec``: the CompositeController's spec fields the test
-    sets (:func:`standin.kube_rig.kube_rig`)."""
+    its own least-privilege ServiceAccount (``replicas``: that many, with leader election,
+    under the supervisor); on exit, not one of its calls may have been refused (403).
+    ``controller_spec``: the CompositeController's spec fields the test sets
+    (:func:`standin.kube_rig.kube_rig`)."""
     with kube_rig(
         cluster,
         plane.admin_kubeconfig,
@@ -337,10 +339,10 @@ def rig_on(
         work_dir=work_dir,
         controller_kubeconfig=metacontroller_kubeconfig(plane),
         controller_spec=controller_spec,
+        replicas=replicas,
     ) as running:
         yield running
-        if running.controller is not None:
-            assert running.controller.rest.forbidden == []
+        assert running.forbidden() == []
 
 
 def wait_status(

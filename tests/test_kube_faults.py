@@ -5,13 +5,20 @@ real Patroni cluster (etcd DCS), with the real hook under gunicorn, the Metacont
 stand-in (or ``PGFH_METACONTROLLER_BINARY``) against the real kube-apiserver, the kubelet
 stand-in and the real endpointslice controller:
 
-* (a) kube-apiserver restarted (SIGTERM, started again on its port) while the leader stops;
-* (b) the stand-in (Metacontroller) stopped before the leader stops, started after;
+* (a) kube-apiserver down for 30 s (SIGTERM, started again on its port 30 s later) while the
+  leader stops, and answering nothing for 5 s (SIGSTOP) while the leader stops;
+* (b) every Metacontroller replica stopped before the leader stops, started after; the
+  leading replica SIGKILLed; a rolling update (each replica replaced in turn);
 * (c) every hook pod (gunicorn) down for 10 s while the leader stops, and for 60 s while it
   is SIGKILLed (Patroni elects inside the outage either way), then back;
 * (d) the control plane's etcd paused (SIGSTOP) for 10 s while the leader stops;
 * (e) the leader's Pod deleted (the kubelet stand-in stops its Patroni as a kubelet stops
   the container), recreated with a new IP, and later the leader again through that IP;
+* (a), (b) and (d) run Metacontroller as deploy/metacontroller-values.yaml does: 2 replicas
+  with leader election (:mod:`standin.leader_election`: a Lease, 15/10/2 s, not released on
+  stop, an exit when renewal fails past the renew deadline), each restarted as the kubelet
+  restarts a container (:mod:`standin.supervisor`: CrashLoopBackOff), the stand-in's or the
+  binary's; a failing test names the hop it waits on (no lease, exited, in back-off);
 * and the bad input of the issue: a stale role label (and status annotation) written by hand
   on a replica's Pod never moves the Service, and the status says so.
 
@@ -38,14 +45,19 @@ and the promotion:
   downtime of ``D`` s (the interval in which the server came back is at most that long),
   ``D`` counted from the SIGTERM (the server stops listening at once, then lingers: it
   had not exited after 15 s, when it is killed) to ``/readyz``;
-* (b) ``ONE_SYNC`` + the new stand-in's start (its lists; it syncs every parent first);
+* (a) over the renew deadline, (b) and (d): the Lease's part of :mod:`tests.control_path_bounds`
+  (a standby takes a lease whose holder stopped renewing at most 15 s + 2 x 4.4 s = 23.8 s
+  later; a process started afterwards 19.4 s after its start), + ``STANDIN_START`` (the new
+  leader's lists; it syncs every parent first) + ``ONE_SYNC``;
 * (c) ``AFTER_FAILURES`` from the hook's return: the backoff alone would be up to about the
   outage's length again (tens of seconds after 60 s; minutes after 5 minutes:
   ``python -m bench.hooks_down``), the resync tick is at most a period away; a failure
   names the hop that did not happen (no call since the hook returned: backoff pending;
   calls refused; the Service not moved; the slice not updated) with the log;
 * (d) ``ONE_SYNC``: the writes waiting on the API server complete once etcd answers
-  (``CALL_TIMEOUT`` 30 s > 10 s);
+  (``CALL_TIMEOUT`` 30 s > 10 s), unless the pause cost the leader its Lease (a 10 s pause can:
+  its renewals hang up to the 10 s renew deadline), then the takeover's bound from the pause's
+  end;
 * (e) ``ONE_SYNC`` after the promotion of the member behind the new IP.
 
 The measured figures are printed (``FAULT …`` lines) and quoted in docs/troubleshooting.md.
@@ -58,6 +70,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -74,7 +87,10 @@ from devcluster import LeaderElection, PatroniCluster
 from devcluster.layout import API_PORT, PG_PORT
 from standin.harness import CLUSTER, SERVICE
 from standin.kube_rig import HOOK_ENV, KubeRig, member_pod
+from standin.leader_election import LEASE_NAME
 from standin.reflector import RECONNECT_CAP
+from standin.supervisor import Supervisor
+from tests import control_path_bounds as bounds
 from tests.controlplane_fixtures import running_control_plane
 from tests.kube_faults import (
     RestartableHook,
@@ -113,6 +129,13 @@ AFTER_FAILURES = RESYNC_PERIOD + PROBE_DEADLINE + SLICE_HOP
 CLIENT_GO_BACKOFF_CAP = 30.0
 #: What the new stand-in may take to list everything it watches (a few lists, idle server).
 STANDIN_START = 5.0
+#: Metacontroller as deploy/metacontroller-values.yaml runs it: 2 replicas, one leader.
+REPLICAS = 2
+#: The long API server outage: held this long from the SIGTERM, then its start (> the renew
+#: deadline: the leader exits).
+APISERVER_LONG_DOWN = 30.0
+#: The short one: the API server answering nothing this long (< the renew deadline).
+APISERVER_SHORT_DOWN = 5.0
 ETCD_PAUSE_SECONDS = 10.0
 FIRST_IP, ETCD_HOST = 32, "127.0.0.31"
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
@@ -181,6 +204,30 @@ def rig(
 
 
 @pytest.fixture
+def ha_rig(
+    control_plane: ControlPlane,
+    pod_network: None,
+    kube_namespace: str,
+    fault_cluster: PatroniCluster,
+    fault_hook: RestartableHook,
+    tmp_path: Path,
+) -> Iterator[KubeRig]:
+    """The rig with Metacontroller as deployed: 2 replicas, leader election, each restarted
+    as the kubelet restarts a container (:mod:`standin.supervisor`); the stand-in's or, with
+    ``PGFH_METACONTROLLER_BINARY``, the binary's."""
+    with rig_on(
+        control_plane,
+        fault_cluster,
+        kube_namespace,
+        fault_hook.url,
+        fault_hook.token,
+        tmp_path,
+        replicas=REPLICAS,
+    ) as running:
+        yield running
+
+
+@pytest.fixture
 def own_plane(
     tmp_path_factory: pytest.TempPathFactory, pod_network: None
 ) -> Iterator[ControlPlane]:
@@ -210,6 +257,32 @@ def own_rig(
         fault_hook.token,
         tmp_path,
         RESYNC_SPEC,
+    ) as running:
+        yield running
+
+
+@pytest.fixture
+def own_ha_rig(
+    own_plane: ControlPlane,
+    fault_cluster: PatroniCluster,
+    fault_hook: RestartableHook,
+    tmp_path: Path,
+) -> Iterator[KubeRig]:
+    """:func:`ha_rig` on a control plane of the test's own."""
+    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    rest = KubeRest.from_kubeconfig(own_plane.admin_kubeconfig)
+    try:
+        rest.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+    finally:
+        rest.close()
+    with rig_on(
+        own_plane,
+        fault_cluster,
+        namespace,
+        fault_hook.url,
+        fault_hook.token,
+        tmp_path,
+        replicas=REPLICAS,
     ) as running:
         yield running
 
@@ -277,7 +350,10 @@ def _converged(
     deadline = bound - (time.monotonic() - since)
     what = f"the new leader {election.name}"
     address = ip or rig.leader_ip(election.name)
-    moved = rig.slices.wait_ready((address,), max(deadline, 0.1), what)
+    try:
+        moved = rig.slices.wait_ready((address,), max(deadline, 0.1), what)
+    except TimeoutError as error:  # name the hop: no lease, exited, in back-off, or the slice
+        raise TimeoutError(f"{error}; Metacontroller: {rig.describe_control_path()}") from None
     converged = max(0.0, moved - since)
     assert converged <= bound, f"{what}: routed {converged:.2f} s after the fault, bound {bound} s"
     pod = "statefulset.kubernetes.io/pod-name"
@@ -292,29 +368,42 @@ def _converged(
     return converged
 
 
-def test_apiserver_restarted_during_a_failover(
-    own_rig: KubeRig, own_plane: ControlPlane, request: pytest.FixtureRequest
+def test_apiserver_down_30_s_during_a_failover(
+    own_ha_rig: KubeRig, own_plane: ControlPlane, request: pytest.FixtureRequest
 ) -> None:
-    rig = own_rig
-    assert rig.controller is not None or rig.binary is not None
-    with witnesses(rig) as run:
+    """Longer than the renew deadline: the leader exits ("leader election lost"), the
+    supervisor restarts it at once (its communication check waits for the server), and a
+    candidate takes the Lease a lease duration after it first sees the last record: at its
+    first attempt after the server is back if the standby had seen the leader's last
+    renewal before the outage, else 15-19.4 s later."""
+    rig = own_ha_rig
+    supervisor = _supervised(rig)
+    with witnesses(rig) as run, LeaderWatch(supervisor) as leaders:
+        first = leaders.wait_leader(30)
         with own_plane.apiserver_down() as outage, failing_over(rig.cluster) as failover:
-            pass  # Patroni elects; nothing can read or write the Service meanwhile
+            # Patroni elects; nothing can read or write the Service, nor renew the Lease
+            time.sleep(max(0.0, outage.asked + APISERVER_LONG_DOWN - time.monotonic()))
         back = outage.ready
         refused = _forbidden(rig)  # before /readyz said ready (see _forbidden)
         # It stops listening at SIGTERM (its log: HTTPServerStoppedListening within 10 ms);
         # every client's backoff grows from then on.
         unreachable = outage.ready - outage.asked
-        bound = _after_apiserver_back(unreachable)
+        bound = bounds.apiserver_down(
+            unreachable, _after_apiserver_back(unreachable), STANDIN_START, ONE_SYNC
+        )
         converged = _converged(run, failover.new, back, bound)
     check_run(run)
     own_plane.check_alive()
     assert len(_forbidden(rig)) == len(refused), "403s after the restarted server was ready"
-    if rig.controller is not None:
-        rig.controller.rest.forbidden.clear()  # the rig's own check: none otherwise
+    _clear_forbidden(rig)  # the rig's own check: none otherwise
+    exits = _exits(supervisor, outage.asked)
+    assert exits, (
+        f"no replica exited in {unreachable:.1f} s without the API server: Metacontroller "
+        f"exits {bounds.EXIT_AFTER} s into it at the latest; {supervisor.describe()}"
+    )
     _report(
         request,
-        "apiserver-restart",
+        "apiserver-down-30s",
         converged,
         bound,
         run,
@@ -323,7 +412,58 @@ def test_apiserver_restarted_during_a_failover(
         apiserver_start_to_ready_s=round(outage.ready - outage.starting, 2),
         promoted_before_ready_s=round(back - failover.new.first_primary, 2),
         refused_403_before_ready=len(refused),
+        leader_exited_after_s=round(exits[0] - outage.asked, 2),
+        new_leader_after_back_s=leaders.first_change_after(back, first),
+        hops=_hops(supervisor, outage.asked),
     )
+
+
+def test_apiserver_hung_for_5_s_during_a_failover(
+    own_ha_rig: KubeRig, own_plane: ControlPlane, request: pytest.FixtureRequest
+) -> None:
+    """kube-apiserver answering nothing for 5 s (SIGSTOP: a restart cannot be that short,
+    its own start takes 5-8 s here) while Patroni elects: shorter than the renew deadline,
+    so the leader keeps the Lease and nobody exits; one sync once it answers again."""
+    rig = own_ha_rig
+    supervisor = _supervised(rig)
+    with witnesses(rig) as run, LeaderWatch(supervisor) as leaders:
+        first = leaders.wait_leader(30)
+        with failing_over(rig.cluster) as failover, _paused(own_plane) as paused:
+            time.sleep(max(0.0, paused + APISERVER_SHORT_DOWN - time.monotonic()))
+        back = time.monotonic()
+        hung = back - paused
+        bound = bounds.paused_for(hung, STANDIN_START, ONE_SYNC)
+        converged = _converged(run, failover.new, back, bound)
+    check_run(run)
+    own_plane.check_alive()
+    assert _exits(supervisor, paused) == [], supervisor.describe()
+    assert leaders.names_since(paused) == [first], f"the Lease changed hands: {leaders.changes}"
+    _report(
+        request,
+        "apiserver-hung-5s",
+        converged,
+        bound,
+        run,
+        apiserver_hung_s=round(hung, 2),
+        promoted_after_pause_s=round(failover.new.first_primary - paused, 2),
+    )
+
+
+@contextlib.contextmanager
+def _paused(plane: ControlPlane, limit: float = 30.0) -> Iterator[float]:
+    """kube-apiserver SIGSTOPped for the block (resumed however it ends, and by a timer
+    after ``limit`` s at the latest); yields when it was stopped."""
+    server = plane.apiserver
+    timer = threading.Timer(limit, server.resume)
+    timer.daemon = True
+    started = time.monotonic()
+    server.pause()
+    timer.start()
+    try:
+        yield started
+    finally:
+        timer.cancel()
+        server.resume()
 
 
 def _forbidden(rig: KubeRig) -> list[str]:
@@ -331,21 +471,109 @@ def _forbidden(rig: KubeRig) -> list[str]:
     kube-apiserver serves before ``/readyz`` says ready, and its RBAC authorizer refuses
     until its informers have synced: the stand-in, retrying every second, meets that
     (docs/troubleshooting.md, section 5); each such call is retried and allowed."""
-    return list(rig.controller.rest.forbidden) if rig.controller is not None else []
+    return rig.forbidden()
+
+
+def _clear_forbidden(rig: KubeRig) -> None:
+    for controller in [rig.controller, *rig.supervised]:
+        if controller is not None:
+            controller.rest.forbidden.clear()
+    for rest in rig.supervised_rests:
+        rest.forbidden.clear()
+
+
+def _supervised(rig: KubeRig) -> Supervisor:
+    assert rig.supervisor is not None, "the rig runs no supervised replicas"
+    return rig.supervisor
+
+
+def _exits(supervisor: Supervisor, since: float) -> list[float]:
+    """When a replica exited on its own (not stopped by the test) since ``since``."""
+    return [at for at, _, what in supervisor.events if at >= since and " exited with " in what]
+
+
+def _hops(supervisor: Supervisor, since: float) -> list[str]:
+    """The supervisor's hops since ``since`` (seconds from it), for the report."""
+    return [f"+{at - since:.1f} s r{r}: {what}" for at, r, what in supervisor.events if at >= since]
+
+
+def _lease(rig: KubeRig) -> dict[str, Any]:
+    path = resource_path("coordination.k8s.io/v1", "leases", rig.namespace, LEASE_NAME)
+    return dict(rig.rest.get(path)["spec"])
+
+
+class LeaderWatch:
+    """Which replica leads, sampled every 0.1 s: ``(monotonic time, container or None)`` at
+    every change, so a test can say when the Lease changed hands."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self.supervisor = supervisor
+        self.changes: list[tuple[float, str | None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="leader-watch", daemon=True)
+
+    def __enter__(self) -> LeaderWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def current(self) -> str | None:
+        supervisor = self.supervisor
+        index = supervisor.leader()
+        return None if index is None else supervisor.containers[index].name
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            name = self.current()
+            if not self.changes or self.changes[-1][1] != name:
+                self.changes.append((time.monotonic(), name))
+
+    def wait_leader(self, timeout: float) -> str:
+        index = self.supervisor.wait_leader(timeout)
+        return self.supervisor.containers[index].name
+
+    def names_since(self, since: float) -> list[str | None]:
+        names = [name for at, name in self.changes if at >= since]
+        earlier = [name for at, name in self.changes if at < since]
+        return [*earlier[-1:], *names]
+
+    def first_change_after(self, since: float, old: str) -> float | None:
+        """Seconds from ``since`` until a replica other than ``old`` led (``None``: never;
+        negative: before ``since``)."""
+        for at, name in self.changes:
+            if name is not None and name != old:
+                return round(at - since, 2)
+        return None
 
 
 def test_metacontroller_restarted_around_a_failover(
-    rig: KubeRig, request: pytest.FixtureRequest
+    ha_rig: KubeRig, request: pytest.FixtureRequest
 ) -> None:
+    """Every replica stopped (SIGTERM: none releases the Lease, controller-runtime's
+    ``LeaderElectionReleaseOnCancel`` is false in Metacontroller), the leader failed over,
+    every replica started again: the new processes wait out the Lease from their first look
+    at it."""
+    rig = ha_rig
+    supervisor = _supervised(rig)
+    supervisor.wait_leader(30)
     with witnesses(rig) as run:
+        held = _lease(rig)
         rig.stop_controller()
+        after = _lease(rig)
+        assert after["holderIdentity"] == held["holderIdentity"] != "", (
+            f"a stopped Metacontroller released its Lease: {held} -> {after}"
+        )
+        assert after["leaseDurationSeconds"] == held["leaseDurationSeconds"] == 15
         with failing_over(rig.cluster) as failover:
             pass  # nothing syncs meanwhile
         back = time.monotonic()
         rig.start_controller()
-        started = time.monotonic() - back
-        bound = STANDIN_START + ONE_SYNC
-        converged = _converged(run, failover.new, back, bound)
+        bound = bounds.all_restarted(STANDIN_START, ONE_SYNC)
+        with LeaderWatch(_supervised(rig)) as leaders:
+            converged = _converged(run, failover.new, back, bound)
     check_run(run)
     _report(
         request,
@@ -353,7 +581,68 @@ def test_metacontroller_restarted_around_a_failover(
         converged,
         bound,
         run,
-        standin_start_s=round(started, 2),
+        leader_after_start_s=leaders.first_change_after(back, ""),
+    )
+
+
+def test_metacontroller_leader_killed_during_a_failover(
+    ha_rig: KubeRig, request: pytest.FixtureRequest
+) -> None:
+    """The leading replica SIGKILLed (the kubelet restarts it at once, a new identity), the
+    Patroni leader stopped right after: the standby takes the Lease once it expires."""
+    rig = ha_rig
+    supervisor = _supervised(rig)
+    with witnesses(rig) as run, LeaderWatch(supervisor) as leaders:
+        first = leaders.wait_leader(30)
+        index = supervisor.leader()
+        assert index is not None
+        supervisor.kill(index)
+        killed = time.monotonic()
+        with failing_over(rig.cluster) as failover:
+            pass
+        bound = bounds.leader_killed(STANDIN_START, ONE_SYNC)
+        converged = _converged(run, failover.new, killed, bound)
+    check_run(run)
+    took = leaders.first_change_after(killed, first)
+    assert took is not None and took >= 0, leaders.changes
+    _report(
+        request,
+        "metacontroller-leader-killed",
+        converged,
+        bound,
+        run,
+        new_leader_after_kill_s=took,
+        promoted_after_kill_s=round(failover.new.first_primary - killed, 2),
+    )
+
+
+def test_metacontroller_rolling_update_during_a_failover(
+    ha_rig: KubeRig, request: pytest.FixtureRequest
+) -> None:
+    """The chart's StatefulSet rolled: each Pod deleted and made again in turn, highest
+    ordinal first, the next once the new one is ready (``/readyz``, which answers before it
+    leads), while the Patroni leader stops."""
+    rig = ha_rig
+    supervisor = _supervised(rig)
+    with witnesses(rig) as run, LeaderWatch(supervisor) as leaders:
+        first = leaders.wait_leader(30)
+        started = time.monotonic()
+        with failing_over(rig.cluster) as failover:
+            for replica in reversed(range(REPLICAS)):
+                supervisor.replace(replica, ready=lambda c: c.ready(), timeout=60)
+        end = time.monotonic()
+        bound = bounds.rolling_update(STANDIN_START, ONE_SYNC)
+        converged = _converged(run, failover.new, end, bound)
+    check_run(run)
+    _report(
+        request,
+        "metacontroller-rolling-update",
+        converged,
+        bound,
+        run,
+        rollout_s=round(end - started, 2),
+        new_leader_after_rollout_s=leaders.first_change_after(end, first),
+        promoted_after_rollout_start_s=round(failover.new.first_primary - started, 2),
     )
 
 
@@ -454,16 +743,18 @@ def test_every_hook_pod_down_for_60_s_during_a_kill(
 
 
 def test_etcd_of_kubernetes_paused_for_10_s_during_a_failover(
-    own_rig: KubeRig, own_plane: ControlPlane, request: pytest.FixtureRequest
+    own_ha_rig: KubeRig, own_plane: ControlPlane, request: pytest.FixtureRequest
 ) -> None:
-    rig = own_rig
-    with witnesses(rig) as run:
+    rig = own_ha_rig
+    supervisor = _supervised(rig)
+    with witnesses(rig) as run, LeaderWatch(supervisor) as leaders:
+        first = leaders.wait_leader(30)
         with own_plane.etcd_paused(limit=3 * ETCD_PAUSE_SECONDS) as paused:
             with failing_over(rig.cluster) as failover:
                 pass  # Patroni (its own etcd) elects; the API server cannot store anything
             time.sleep(max(0.0, paused + ETCD_PAUSE_SECONDS - time.monotonic()))
         back = time.monotonic()
-        bound = ONE_SYNC
+        bound = bounds.paused_for(back - paused, STANDIN_START, ONE_SYNC)
         converged = _converged(run, failover.new, back, bound)
     check_run(run)
     own_plane.check_alive()
@@ -475,6 +766,8 @@ def test_etcd_of_kubernetes_paused_for_10_s_during_a_failover(
         run,
         etcd_paused_s=round(back - paused, 2),
         promoted_during_pause_s=round(failover.new.first_primary - paused, 2),
+        replica_exits=len(_exits(supervisor, paused)),
+        new_leader_after_pause_s=leaders.first_change_after(back, first),
     )
 
 
