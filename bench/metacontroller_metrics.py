@@ -9,7 +9,10 @@ about, so the names, the label sets and how each counter moves are seen, not inf
 1. **healthy**: the hook answers (through a relay of this script, so that it can fail);
 2. **hook down**: the relay's port refuses connections (every hook pod gone);
 3. **hook 500**: the relay answers every call with HTTP 500;
-4. **standby**: a second process with ``--leader-election`` beside the leader.
+4. **standby**: a second process with ``--leader-election`` beside the leader;
+5. **hook Deployment unavailable**: kube-state-metrics' own Deployment series for a
+   ``pg-failover-hook`` Deployment none of whose Pods runs (no scheduler here), the series
+   the alert on every hook pod down selects.
 
 Nothing but the control plane, the hook under gunicorn, the binary and the relay runs (no
 Patroni: with no member Pods the hook answers every sync 200 with ``NoMembers``, which is
@@ -39,9 +42,10 @@ from pathlib import Path
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from controlplane import start_control_plane
+from controlplane import ControlPlane, start_control_plane
 from controlplane.accounts import metacontroller_kubeconfig
-from controlplane.rest import KubeRest, resource_path
+from controlplane.rest import KubeApiError, KubeRest, resource_path
+from controlplane.servers import Server, http_refusal
 from standin.gunicorn import GunicornHook, free_port
 from standin.harness import rig_hook
 from standin.kube_rig import HOOK_ENV, PARENT_API, PARENTS, cluster_resource
@@ -49,7 +53,13 @@ from standin.kube_setup import install
 from standin.metacontroller_binary import MetacontrollerBinary, binary_from_env
 
 #: The families an alert may select (the rest are Go runtime and process series).
-PREFIXES = ("metacontroller_", "workqueue_", "leader_election_", "rest_client_requests_total")
+PREFIXES = (
+    "metacontroller_",
+    "workqueue_",
+    "leader_election_",
+    "rest_client_requests_total",
+    "kube_deployment_",
+)
 #: How long each state lasts before it is scraped.
 DWELL = 25.0
 
@@ -153,6 +163,58 @@ def standby_of(binary: MetacontrollerBinary, work: Path) -> Iterator[Metacontrol
         standby.stop()
 
 
+def hook_deployment(namespace: str) -> dict[str, object]:
+    """A Deployment named as deploy/base's, whose Pods never run (nothing schedules them)."""
+    labels = {"app.kubernetes.io/name": "pg-failover-hook"}
+    container = {"name": "hook", "image": "pg-failover-hook"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "pg-failover-hook", "namespace": namespace},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+        },
+    }
+
+
+def scrape_deployments(plane: ControlPlane, admin: KubeRest, work: Path, out: Path) -> None:
+    """kube-state-metrics (the pinned build, its built-in Deployment metrics only) on a
+    hook Deployment with no available replica."""
+    namespace = "pg-failover-hook"
+    with contextlib.suppress(KubeApiError):
+        admin.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+    admin.create(resource_path("apps/v1", "deployments", namespace), hook_deployment(namespace))
+    port, telemetry = free_port(), free_port()
+    server = Server(
+        "kube-state-metrics",
+        [
+            str(plane.binaries.path("kube-state-metrics")),
+            f"--kubeconfig={plane.admin_kubeconfig}",
+            "--resources=deployments",
+            "--host=127.0.0.1",
+            f"--port={port}",
+            "--telemetry-host=127.0.0.1",
+            f"--telemetry-port={telemetry}",
+        ],
+        work / "kube-state-metrics.log",
+    )
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        server.wait_until(lambda: http_refusal(url), 60, "serving /metrics")
+        time.sleep(5)
+        text = requests.get(url, timeout=5).text
+        (out / "ksm-deployments.prom").write_text(text)
+        print("\n## kube-state-metrics, the hook Deployment with no Pod running", flush=True)
+        for line in interesting(text):
+            if 'deployment="pg-failover-hook"' in line:
+                print(f"  {line}", flush=True)
+    finally:
+        server.stop()
+
+
 def run(out: Path, dwell: float) -> None:
     work = Path(tempfile.mkdtemp(prefix="pgfh-mc-metrics-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -185,6 +247,7 @@ def run(out: Path, dwell: float) -> None:
                 with standby_of(binary, work) as standby:
                     time.sleep(5)
                     scrape(standby, "standby", out)
+                scrape_deployments(plane, admin, work, out)
             finally:
                 binary.stop()
                 relay.close()
