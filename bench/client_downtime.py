@@ -5,8 +5,11 @@ Usage (root; it starts the real cluster, so take the lock)::
     flock /tmp/pgfh-realcluster.lock .venv/bin/python -m bench.client_downtime --failovers 21
     ... --kinds switchover --failovers 3          # quick, no TTL waits
 
+    PGFH_METACONTROLLER_BINARY=/path/to/metacontroller ...   # a real Metacontroller
+
 Everything is real except the kubelet and Metacontroller (their stand-ins, as in the
-end-to-end tests): the control plane (kube-apiserver, kube-controller-manager's endpointslice
+end-to-end tests; ``PGFH_METACONTROLLER_BINARY`` runs a real Metacontroller instead): the
+control plane (kube-apiserver, kube-controller-manager's endpointslice
 controller, etcd), Patroni 4.1 with PostgreSQL 18 (the devcluster), the hook under gunicorn,
 kube-proxy (nftables mode, or iptables) in a network namespace of this run
 (:mod:`controlplane.netns`), PgBouncer (Debian's) in the same namespace, and libpq clients
@@ -21,7 +24,9 @@ kube-proxy (nftables mode, or iptables) in a network namespace of this run
   member in recovery (:mod:`bench.pgbouncer`).
 
 Per failover (SIGKILL, graceful stop, planned switchover, cycled): the trigger, Patroni's
-promotion, the EndpointSlice listing only the new leader (a watch), kube-proxy's rules sending
+promotion, the primary Service's selector on the new leader (a watch: the hook's reply as
+Metacontroller wrote it, whichever Metacontroller runs), the EndpointSlice listing only the
+new leader (a watch), kube-proxy's rules sending
 only to it (read back from the namespace's netfilter every 50 ms), and per client the figures
 of :mod:`bench.downtime`. After a window of ``--window`` seconds past the rules' move, the
 namespace's connections left on the old leader are counted and terminated, so that the next
@@ -45,6 +50,7 @@ from pathlib import Path
 
 from bench.client_rig import CLIENT_PATHS, ClientRig, client_rig
 from bench.downtime import ClientFigures, Timeline, client_figures, client_table, hop_table
+from bench.failover_kube import controller_line, first_selector
 from bench.writers import terminate_namespace_backends
 from controlplane import ControlPlane, start_control_plane
 from controlplane.accounts import metacontroller_kubeconfig
@@ -83,8 +89,17 @@ def one_failover(rig: ClientRig, kind: str, window: float) -> tuple[Timeline, li
     rig.writers.wait_ok_on(new_ip, list(rig.writers.records), trigger, timeout=LOGIN_RETRY_WAIT)
     end = max(time.monotonic(), (rules_moved or trigger) + window)
     time.sleep(max(0.0, end - time.monotonic()))
+    service_moved = first_selector(kube.slices.selectors, election.name, trigger)
     timeline = Timeline(
-        kind, old_ip, new_ip, trigger, election.first_primary, slice_moved, rules_moved, end
+        kind,
+        old_ip,
+        new_ip,
+        trigger,
+        election.first_primary,
+        slice_moved,
+        rules_moved,
+        end,
+        service_moved,
     )
     samples = rig.sampler.between(trigger, end)
     figures = [
@@ -103,6 +118,7 @@ def one_failover(rig: ClientRig, kind: str, window: float) -> tuple[Timeline, li
     print(
         f"  {kind:10s} {old} -> {election.name}: "
         f"promotion {election.first_primary - trigger:6.2f} s"
+        f", Service +{_s(service_moved, election.first_primary)}"
         f", slice +{_s(slice_moved, election.first_primary)}, rules +{_s(rules_moved, slice_moved)}"
         f"; downtime "
         + ", ".join(f"{f.writer} {_s(f.downtime, 0.0)}" for f in figures)
@@ -203,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     clients = client_table(runs, paths)
     print(
         f"\nRun {started}, kube-proxy {mode} mode, load average {load_before[0]:.1f} before, "
-        f"{load_after[0]:.1f} after; writers alive at the end: {alive}\n"
+        f"{load_after[0]:.1f} after; writers alive at the end: {alive}; {controller_line()}\n"
     )
     print("\n".join(hops))
     print()
@@ -214,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "started": started,
                     "mode": mode,
+                    "metacontroller": controller_line(),
                     "load": [load_before, load_after],
                     "runs": [
                         {

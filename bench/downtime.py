@@ -1,11 +1,12 @@
 """Client downtime figures from a failover's timeline and the writers' records (pure).
 
 One failover gives a :class:`Timeline` (every time on the machine's monotonic clock): the
-trigger, Patroni's promotion (the new leader's first ``role: primary``), the moment the primary
-Service's EndpointSlice listed only the new leader as ready, and the moment kube-proxy's rules
-sent new connections of the ClusterIP only to it. Each writer's attempts (the JSON records of
-:mod:`bench.client_writer`) and the members' connection counts (:class:`bench.writers
-.ConnectionSampler`) then give that client's :class:`ClientFigures`:
+trigger, Patroni's promotion (the new leader's first ``role: primary``), the watch event of
+the primary Service's selector on the new leader (the hook's reply as Metacontroller wrote
+it), the moment the Service's EndpointSlice listed only the new leader as ready, and the
+moment kube-proxy's rules sent new connections of the ClusterIP only to it. Each writer's
+attempts (the JSON records of :mod:`bench.client_writer`) and the members' connection counts
+(:class:`bench.writers.ConnectionSampler`) then give that client's :class:`ClientFigures`:
 
 * **downtime**: from the trigger to the end of its first write committed on the new leader
   (the definition the seed's "15–30 s" figure used), and the part of it after the promotion;
@@ -44,6 +45,8 @@ class Timeline:
     slice_moved: float | None
     rules_moved: float | None
     window_end: float
+    #: The Service's selector on the new leader, from a watch (``None``: not seen).
+    service_moved: float | None = None
 
 
 @dataclass(frozen=True)
@@ -134,17 +137,22 @@ KIND_LABELS = {
 
 
 def hop_table(timelines: Sequence[Timeline]) -> list[str]:
-    """Per kind of failover: promotion, EndpointSlice after promotion, rules after the slice."""
+    """Per kind of failover: promotion, the Service write after it (the hook and
+    Metacontroller), the EndpointSlice after promotion, the rules after the slice."""
     lines = [
-        "| failover | n | promotion after trigger p50 / p95 / max (s) | EndpointSlice moved "
-        "after promotion | kube-proxy rules moved after the EndpointSlice |",
-        "|---|---|---|---|---|",
+        "| failover | n | promotion after trigger p50 / p95 / max (s) | Service written after "
+        "promotion (hook + Metacontroller) | EndpointSlice moved after promotion | kube-proxy "
+        "rules moved after the EndpointSlice |",
+        "|---|---|---|---|---|---|",
     ]
     for kind, label in KIND_LABELS.items():
         chosen = [t for t in timelines if t.kind == kind]
         if not chosen:
             continue
         promo = [t.promoted - t.trigger for t in chosen]
+        service = [
+            None if t.service_moved is None else t.service_moved - t.promoted for t in chosen
+        ]
         slices = [None if t.slice_moved is None else t.slice_moved - t.promoted for t in chosen]
         rules = [
             None
@@ -153,7 +161,8 @@ def hop_table(timelines: Sequence[Timeline]) -> list[str]:
             for t in chosen
         ]
         lines.append(
-            f"| {label} | {len(chosen)} | {_spread(promo)} | {_spread(slices)} | {_spread(rules)} |"
+            f"| {label} | {len(chosen)} | {_spread(promo)} | {_spread(service)} | "
+            f"{_spread(slices)} | {_spread(rules)} |"
         )
     return lines
 

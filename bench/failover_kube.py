@@ -9,20 +9,24 @@ hop later, so this benchmark runs the same failovers on the real control plane
 * **trigger**: the SIGKILL, the SIGTERM (graceful stop) or the ``POST /switchover``;
 * **promotion**: Patroni's first 200 with ``role: primary`` on ``GET /primary`` of the new
   leader (polled every 10 ms on every other member, :meth:`PatroniCluster.watch_leader`);
-* **reply**: the arrival of the first hook reply (``/sync``, through the Metacontroller
-  stand-in against the API server) whose Service selects the new leader;
-* **Service write**: the watch event of the primary Service carrying that selector (what the
-  endpointslice controller reacts to);
+* **Service write**: the watch event of the primary Service carrying a selector on the new
+  leader (the hook's reply, applied by Metacontroller: what the endpointslice controller
+  reacts to);
 * **slice**: the watch event after which the primary Service's EndpointSlices (label
   ``kubernetes.io/service-name``) list exactly the new leader's Pod IP as ready.
 
-Hops: promotion→reply (the hook's own figure, what ``bench.failover`` reports), reply→Service
-write (the stand-in applying it), Service write→slice (the endpointslice controller and the
-readiness the kubelet stand-in reports), promotion→slice (what clients wait for after Patroni
-is done) and trigger→slice. Over the whole run, from the watches: never two Pods ready at once
-in the primary slice, the Service never deleted, its selector never empty. The ground-truth
-sampler and the writer of ``bench.failover`` run beside it, following the *slice* (a write
-goes to the Pod IP the slice lists ready, as a client through kube-proxy would).
+Every time comes from a watch on the API server or from Patroni, none from Metacontroller's
+side, so the benchmark runs the same on the stand-in (:mod:`standin.kube`) and on a real
+Metacontroller (``PGFH_METACONTROLLER_BINARY``, :mod:`standin.metacontroller_binary`), whose
+calls to the hook leave no record here. Hops: promotion→Service write (the hook's probe round
+and reply plus Metacontroller applying it; ``bench.failover`` times the reply alone),
+Service write→slice (the endpointslice controller and the readiness the kubelet stand-in
+reports), promotion→slice (what clients wait for after Patroni is done) and trigger→slice.
+Hook calls and failed calls are counted from the hook's own ``/metrics``. Over the whole
+run, from the watches: never two Pods ready at once in the primary slice, the Service never
+deleted, its selector never empty. The ground-truth sampler and the writer of
+``bench.failover`` run beside it, following the *slice* (a write goes to the Pod IP the slice
+lists ready, as a client through kube-proxy would).
 
 DCS modes (``--dcs``, comma-separated, each on a cluster of its own in a namespace of its own):
 
@@ -40,6 +44,7 @@ Usage (real Patroni: take the machine's lock)::
     flock /tmp/pgfh-realcluster.lock .venv/bin/python -m bench.failover_kube \\
         --dcs endpoints,configmaps --failovers 6
     ... --quick        # one kill, one graceful stop, one switchover per DCS mode
+    PGFH_METACONTROLLER_BINARY=/path/to/metacontroller ...   # a real Metacontroller
 
 Figures are printed, never asserted; the exit status is 1 only if an invariant broke.
 """
@@ -62,6 +67,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
 from bench.failover import KINDS, Sampler, Writer, percentile
 from controlplane import ControlPlane, start_control_plane
 from controlplane.accounts import metacontroller_kubeconfig
@@ -69,11 +77,14 @@ from controlplane.podnet import ensure_pod_network, pod_ip
 from controlplane.rest import KubeApiError, KubeRest, resource_path
 from devcluster import PatroniCluster
 from devcluster.kubernetes_dcs import KubernetesDCS, create_member_pods, grant_patroni_rights
+from hooks.core.switchover import spread_resync
+from hooks.domain.model import DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS, ResyncTiming
+from hooks.shell.config import HookSettings
 from standin.gunicorn import GunicornHook
 from standin.harness import CLUSTER, SERVICE, rig_hook
-from standin.kube import KubeSyncRecord
 from standin.kube_rig import HOOK_ENV, KubeRig, SliceWatch, kube_rig
 from standin.loop import POD_NAME_LABEL
+from standin.metacontroller_binary import ENV_BINARY
 from standin.reflector import Reflector
 
 DCS_MODES = ("etcd", "endpoints", "configmaps")
@@ -92,8 +103,7 @@ DIRECT_SERVICE = "pg-orders-primary-direct"
 #: The hops of the main table: ``(label, seconds of a failover)``.
 HOPS: Sequence[tuple[str, Callable[[KubeFailover], float]]] = (
     ("trigger→promotion (Patroni)", lambda f: f.promotion - f.trigger),
-    ("promotion→reply (hook)", lambda f: f.reply - f.promotion),
-    ("reply→Service write", lambda f: f.service - f.reply),
+    ("promotion→Service write (hook + Metacontroller)", lambda f: f.service - f.promotion),
     ("Service write→slice", lambda f: f.slice - f.service),
     ("promotion→slice", lambda f: f.slice - f.promotion),
     ("trigger→slice", lambda f: f.slice - f.trigger),
@@ -124,13 +134,14 @@ class KubeFailover:
     new: str
     trigger: float
     promotion: float
-    reply: float
     service: float
     slice: float
-    #: ``status.switchoverDetection`` and the healthy resync in force when it was triggered.
+    #: ``status.switchoverDetection`` when it was triggered, and the healthy resync period
+    #: that goes with it (the hook's settings: :func:`resync_period`).
     detection: str | None = None
-    resync_before: float | None = None
-    #: When that resync was due: a reply on the new leader before it came from an event.
+    resync_period: float | None = None
+    #: When the cluster's next scheduled resync was due after the trigger (the hook's
+    #: phase-spread slot, :func:`next_slot`): a slice moved before it came from an event.
     resync_due: float | None = None
     #: Ground truth in [trigger, slice moved]: no leader at all; a leader, the slice elsewhere.
     no_leader: float = 0.0
@@ -231,34 +242,24 @@ class RunResult:
 # ------------------------------------------------------------------------------ pure parts
 
 
-def reply_selects(reply: Mapping[str, Any] | None) -> str | None:
-    """The Pod the primary Service of a sync reply selects (``None``: no such child)."""
-    for child in (reply or {}).get("children") or []:
-        meta = child.get("metadata") or {}
-        if child.get("kind") == "Service" and meta.get("name") == SERVICE:
-            selector = (child.get("spec") or {}).get("selector") or {}
-            value = selector.get(POD_NAME_LABEL)
-            return str(value) if value is not None else None
-    return None
+def resync_period(detection: str | None, timing: ResyncTiming | None = None) -> float:
+    """The healthy resync period the hook asks for under ``detection`` (no ``pollSeconds``
+    in the benchmark's spec): the healthy setting, at least 30 s when event-driven
+    (:func:`hooks.core.switchover.healthy_resync`)."""
+    timing = timing or HookSettings().resync
+    period = max(timing.healthy, timing.degraded)
+    if detection == "RoleLabel":
+        period = max(DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS, period)
+    return period
 
 
-def first_reply(records: Sequence[KubeSyncRecord], pod: str, after: float) -> float | None:
-    """When the first hook reply arrived, from ``after`` on, that selects ``pod``."""
-    for record in records:
-        replied = record.replied
-        if replied is not None and replied >= after and reply_selects(record.reply) == pod:
-            return replied
-    return None
-
-
-def resync_in_force(
-    records: Sequence[KubeSyncRecord], before: float
-) -> tuple[float | None, float | None]:
-    """The ``resyncAfterSeconds`` of the last reply before ``before``, and when it was due."""
-    chosen = [r for r in records if r.replied is not None and r.replied < before]
-    if not chosen or chosen[-1].resync_after is None or chosen[-1].replied is None:
-        return None, None
-    return chosen[-1].resync_after, chosen[-1].replied + chosen[-1].resync_after
+def next_slot(period: float, key: str, wall: float) -> float:
+    """Seconds from the wall-clock time ``wall`` to the next resync slot of the parent
+    ``key`` (its ``metadata.uid``). The hook phase-spreads every healthy resync onto the
+    slots ``slot + k·period`` (:func:`hooks.core.switchover.spread_resync`, which adds a
+    period when the slot is less than half a period away): a resync of a routed cluster
+    lands on one of them, so none falls between ``wall`` and ``wall`` plus this."""
+    return spread_resync(period, key, wall) % period
 
 
 def first_selector(
@@ -281,17 +282,37 @@ def first_ready(
     return None
 
 
-def records_of(rig: KubeRig) -> list[KubeSyncRecord]:
-    """The hook calls for this rig's PostgreSQLCluster only. The stand-in syncs every parent
-    on the server, and a benchmark's earlier namespace may still be finalizing: its replies
-    select its own cluster's Pods, which bear the same names."""
-    key = f"{rig.namespace}/{CLUSTER}"
-    return [r for r in rig.records if r.parent == key]
+def hook_counts(hook: GunicornHook) -> tuple[float, float]:
+    """The hook's own count of answered sync/finalize calls and of calls it failed (4xx on
+    ``/sync``, 5xx), from its ``/metrics``: the same on the stand-in and on a real
+    Metacontroller, which records nothing of its calls here. Fleet-wide: a parent of an
+    earlier namespace still being finalized counts too."""
+    response = requests.get(f"{hook.url}/metrics", timeout=5, verify=hook.verify)
+    response.raise_for_status()
+    return call_counts(response.text)
 
 
-def invariants_of(rig: KubeRig, writes_on_non_leader: int = 0) -> Invariants:
-    """The invariants over everything the rig's watches and records saw."""
-    records = records_of(rig)
+def call_counts(exposition: str) -> tuple[float, float]:
+    """Answered calls (``pgfh_sync_duration_seconds_count``, every hook) and failed ones
+    (``pgfh_internal_errors_total`` and ``pgfh_bad_requests_total`` of the Metacontroller
+    endpoints) in the hook's text exposition."""
+    calls = failed = 0.0
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            if sample.name == "pgfh_sync_duration_seconds_count":
+                calls += sample.value
+            elif sample.name in ("pgfh_internal_errors_total", "pgfh_bad_requests_total") and (
+                sample.labels.get("endpoint") in ("sync", "customize")
+            ):
+                failed += sample.value
+    return calls, failed
+
+
+def invariants_of(
+    rig: KubeRig, calls: tuple[float, float] = (0.0, 0.0), writes_on_non_leader: int = 0
+) -> Invariants:
+    """The invariants over everything the rig's watches saw; ``calls``: the hook's answered
+    and failed calls over the run (:func:`hook_counts`, after minus before)."""
     return Invariants(
         most_ready_at_once=rig.slices.most_ready_at_once(),
         service_deleted=len(rig.slices.service_deleted),
@@ -299,8 +320,8 @@ def invariants_of(rig: KubeRig, writes_on_non_leader: int = 0) -> Invariants:
             1 for _, selector in rig.slices.selectors if not selector.get(POD_NAME_LABEL)
         ),
         selector_changes=len(rig.slices.selectors),
-        hook_errors=sum(1 for r in records if r.error),
-        syncs=len(records),
+        hook_errors=int(calls[1]),
+        syncs=int(calls[0]),
         writes_on_non_leader=writes_on_non_leader,
     )
 
@@ -545,6 +566,7 @@ class Bench:
     pods: PodReadiness
     mirror: NotReadyMirror
     direct: DirectSliceMirror
+    hook: GunicornHook
 
 
 def pods_ready(rig: KubeRig) -> bool:
@@ -583,14 +605,13 @@ def one_failover(bench: Bench, dcs: str, kind: str) -> KubeFailover:
     old = cluster.leader()
     if old is None:
         raise RuntimeError("no leader before the failover")
-    detection = status_of(rig).get("switchoverDetection")
+    parent = rig.parent() or {}
+    detection = (parent.get("status") or {}).get("switchoverDetection")
+    uid = str(parent["metadata"]["uid"])
     _, trigger, election = cluster.fail_over(kind, timeout=FAILOVER_TIMEOUT, poll_interval=0.01)
     new = election.name
     new_ip = rig.leader_ip(new)
     rig.slices.wait_ready((new_ip,), SLICE_TIMEOUT, f"the new leader {new}")
-    reply = _wait(
-        lambda: first_reply(records_of(rig), new, trigger), 10, f"a reply selecting {new}"
-    )
     service = _wait(
         lambda: first_selector(rig.slices.selectors, new, trigger), 10, f"the Service on {new}"
     )
@@ -616,7 +637,6 @@ def one_failover(bench: Bench, dcs: str, kind: str) -> KubeFailover:
         new=new,
         trigger=trigger,
         promotion=election.first_primary,
-        reply=reply,
         service=service,
         slice=moved,
         detection=detection,
@@ -626,7 +646,9 @@ def one_failover(bench: Bench, dcs: str, kind: str) -> KubeFailover:
         direct_started=direct_write,
         direct_slice=direct_slice,
     )
-    failover.resync_before, failover.resync_due = resync_in_force(records_of(rig), trigger)
+    failover.resync_period = resync_period(detection)
+    wall = time.time() - time.monotonic()  # this clock's offset from the hook's wall clock
+    failover.resync_due = trigger + next_slot(failover.resync_period, uid, trigger + wall)
     if kind != "switchover":
         if kind == "graceful":
             cluster.wait_stopped(old)
@@ -656,7 +678,7 @@ def run_on(
     event_driven = None if dcs == "etcd" else "RoleLabel"
     settle(rig, event_driven)
     route = SliceRoute(rig)
-    started, syncs_before = time.monotonic(), len(records_of(rig))
+    started, calls_before = time.monotonic(), hook_counts(bench.hook)
     writer_context = Writer(route) if writes else contextlib.nullcontext(None)
     with Sampler(route) as sampler, writer_context as writer:
         for index, kind in zip(range(failovers), itertools.cycle(kinds), strict=False):
@@ -670,7 +692,7 @@ def run_on(
                 hops = ", ".join(f"{label} {hop(failover):.3f}" for label, hop in HOPS)
                 print(
                     f"  {dcs} #{index + 1:2d} {kind:10s} {failover.old} -> {failover.new} "
-                    f"[{failover.detection}, resync {failover.resync_before}]: {hops}",
+                    f"[{failover.detection}, resync {failover.resync_period}]: {hops}",
                     flush=True,
                 )
         if writer is not None:
@@ -683,8 +705,10 @@ def run_on(
                 "on_non_leader": done.on_non_leader,
             }
     result.seconds = time.monotonic() - started
-    result.syncs = len(records_of(rig)) - syncs_before
-    result.invariants = invariants_of(rig, int(result.writes.get("on_non_leader") or 0))
+    calls_after = hook_counts(bench.hook)
+    calls = (calls_after[0] - calls_before[0], calls_after[1] - calls_before[1])
+    result.syncs = int(calls[0])
+    result.invariants = invariants_of(rig, calls, int(result.writes.get("on_non_leader") or 0))
     result.invariants.mirror_most_ready_at_once = bench.mirror.slices.most_ready_at_once()
     result.invariants.direct_most_ready_at_once = bench.direct.slices.most_ready_at_once()
     result.trace = {
@@ -769,7 +793,7 @@ def benchmark_rig(
             stack.callback(direct.rest.close)
             direct.start()
             stack.callback(direct.stop)
-            yield Bench(rig, pods, mirror, direct)
+            yield Bench(rig, pods, mirror, direct, hook)
     finally:
         with contextlib.suppress(KubeApiError):
             admin.delete(f"/api/v1/namespaces/{namespace}")
@@ -807,9 +831,15 @@ def load_line() -> str:
     return f"load average {one:.2f} / {five:.2f} / {fifteen:.2f} on {os.cpu_count()} CPUs"
 
 
+def controller_line() -> str:
+    """Which Metacontroller applied the replies: the figures differ by it."""
+    binary = os.environ.get(ENV_BINARY)
+    return f"Metacontroller: the binary {binary}" if binary else "Metacontroller: the stand-in"
+
+
 def report(results: Sequence[RunResult]) -> list[str]:
     failovers = [f for r in results for f in r.failovers]
-    lines = summarize(failovers)
+    lines = [controller_line(), "", *summarize(failovers)]
     lines += [
         "",
         "Where the endpointslice hop goes, and the same Service with "
@@ -826,13 +856,14 @@ def report(results: Sequence[RunResult]) -> list[str]:
         inv = r.invariants
         w = r.writes
         lines.append(
-            f"\n{r.dcs}: {len(r.failovers)} failovers, {inv.syncs} syncs ({inv.hook_errors} "
-            f"failed), {inv.selector_changes} selector changes; at most {inv.most_ready_at_once} "
+            f"\n{r.dcs}: {len(r.failovers)} failovers, {inv.syncs} hook calls answered "
+            f"({inv.hook_errors} failed; the hook's /metrics, every parent on the server), "
+            f"{inv.selector_changes} selector changes; at most {inv.most_ready_at_once} "
             f"Pod ready at once in the primary slice; Service deleted {inv.service_deleted} "
             f"times; empty selectors {inv.empty_selectors}."
         )
         lines.append(
-            f"  {r.syncs} syncs in the {r.seconds:.0f} s of failovers: "
+            f"  {r.syncs} hook calls in the {r.seconds:.0f} s of failovers: "
             f"{60 * r.syncs / max(r.seconds, 1e-9):.0f} a minute."
         )
         when = w.get("failed_when") or {}
@@ -854,10 +885,10 @@ def report(results: Sequence[RunResult]) -> list[str]:
             f"but the slice elsewhere {misrouted:.3f} s in total."
         )
         detections = sorted({str(f.detection) for f in r.failovers})
-        resyncs = [f.resync_before for f in r.failovers if f.resync_before is not None]
+        resyncs = [f.resync_period for f in r.failovers if f.resync_period is not None]
         lines.append(
-            f"  switchoverDetection at the triggers: {', '.join(detections)}; healthy resync in "
-            f"force {min(resyncs, default=0):.1f}–{max(resyncs, default=0):.1f} s"
+            f"  switchoverDetection at the triggers: {', '.join(detections)}; healthy resync "
+            f"period {min(resyncs, default=0):.1f}–{max(resyncs, default=0):.1f} s"
         )
         if r.detection_condition is not None:
             c = r.detection_condition
@@ -891,7 +922,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--dcs must be among {DCS_MODES}")
     count = len(kinds) if args.quick else args.failovers
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(f"{started}: {count} failovers per DCS mode ({', '.join(modes)}); {load_line()}")
+    print(
+        f"{started}: {count} failovers per DCS mode ({', '.join(modes)}); {load_line()}; "
+        f"{controller_line()}"
+    )
     results = run(modes, count, kinds, writes=not args.no_writes, first_ip=args.first_ip)
     lines = report(results)
     print("\n".join(lines))

@@ -8,7 +8,9 @@ read-write``. After Patroni's planned switchover (no Pod changes: only the hook'
 resync moves the Service), once kube-proxy's rules send to the new leader only, neither client
 may have a write refused as read-only or a connection left on the demoted member, no write may
 commit anywhere but on the new leader after its promotion, and both must write to the new
-leader within a bound. The long benchmark with kills, graceful stops and PgBouncer is
+leader within a bound. Every time comes from a watch, Patroni or the clients, none from
+Metacontroller's side, so it runs the same on a real Metacontroller
+(``PGFH_METACONTROLLER_BINARY``). The long benchmark with kills, graceful stops and PgBouncer is
 ``bench/client_downtime.py``. Run under ``flock /tmp/pgfh-realcluster.lock``.
 """
 
@@ -22,6 +24,7 @@ import pytest
 
 from bench.client_rig import client_rig
 from bench.downtime import Timeline, client_figures
+from bench.failover_kube import first_selector
 from controlplane import ControlPlane
 from controlplane.kube_proxy import MODES
 from devcluster import PatroniCluster
@@ -76,6 +79,9 @@ def test_after_a_switchover_no_write_through_the_cluster_ip_reaches_the_demoted_
             pod_ip = kube.leader_ip(result.new_leader)
             slice_moved = kube.slices.wait_ready((pod_ip,), 30, result.new_leader)
             rules_moved = rig.wait_rules((pod_ip,), 30, since=result.requested_at)
+            service_moved = first_selector(
+                kube.slices.selectors, result.new_leader, result.requested_at
+            )
             assert rig.writers.wait_ok_on(new_ip, CLIENTS, result.requested_at, DOWNTIME_BOUND)
             time.sleep(2.0)  # writes and samples after the move
             timeline = Timeline(
@@ -87,12 +93,18 @@ def test_after_a_switchover_no_write_through_the_cluster_ip_reaches_the_demoted_
                 slice_moved,
                 rules_moved,
                 time.monotonic(),
+                service_moved,
             )
             samples = rig.sampler.between(timeline.trigger, timeline.window_end)
             figures = [
                 client_figures(timeline, n, rig.writers.snapshot(n), samples) for n in CLIENTS
             ]
             assert all(rig.writers.alive().values())
+    # The hops in causal order, from the watches (the slice's may lead the Service's by 50 ms:
+    # two watch connections).
+    assert service_moved is not None, kube.slices.selectors
+    assert timeline.promoted - 0.05 < service_moved <= slice_moved + 0.05, timeline
+    assert slice_moved <= rules_moved, timeline
     for figure in figures:
         assert figure.downtime is not None and figure.downtime < DOWNTIME_BOUND, figure
         assert figure.read_only_after_rules == 0, figure

@@ -16,6 +16,7 @@ TIMELINE = Timeline(
     slice_moved=103.2,
     rules_moved=103.3,
     window_end=110.0,
+    service_moved=102.6,
 )
 
 
@@ -74,6 +75,7 @@ def test_a_commit_on_another_member_after_the_promotion_is_misplaced_and_none_is
 def test_tables_have_a_row_per_kind_and_client() -> None:
     figures = client_figures(TIMELINE, "w", [rec(104.0, "ok", NEW)], [])
     hops = hop_table([TIMELINE])
-    assert hops[2].startswith("| planned switchover | 1 | 2.50 / 2.50 / 2.50 | 0.70")
+    assert hops[2].startswith("| planned switchover | 1 | 2.50 / 2.50 / 2.50 | 0.10 / 0.10")
+    assert "| 0.70 / 0.70 / 0.70 | 0.10 / 0.10 / 0.10 |" in hops[2]
     rows = client_table([(TIMELINE, [figures])], ["w", "absent"])
     assert len(rows) == 3 and rows[2].startswith("| planned switchover | w | 1 | 4.01")

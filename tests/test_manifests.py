@@ -1193,6 +1193,58 @@ def test_servicemonitor_scrapes_the_hook_service() -> None:
     assert not find_all(rendered("deploy"), "ServiceMonitor")
 
 
+METACONTROLLER_MONITOR = REPO / "deploy" / "monitoring" / "metacontroller-servicemonitor.yaml"
+SHARD_METRICS = REPO / "deploy" / "sharding" / "metacontroller-metrics.yaml"
+
+
+def _chart_metrics_service() -> dict[str, Any]:
+    """The metrics Service the chart renders from the values (templates/service.yaml: labelled
+    with the chart's labels, app.kubernetes.io/name = the chart name), reduced to what a
+    ServiceMonitor selects by."""
+    values = load_one(HELM_VALUES)
+    assert values["service"]["enabled"] is True
+    return {
+        "metadata": {
+            "namespace": "metacontroller",
+            "labels": {
+                "app.kubernetes.io/name": "metacontroller-helm",
+                "app.kubernetes.io/instance": "metacontroller",
+            },
+        },
+        "spec": {"ports": values["service"]["ports"]},
+    }
+
+
+def test_metacontroller_servicemonitor_scrapes_every_install_as_one_job() -> None:
+    """The alerts select job="metacontroller": the install's Service and every shard's are
+    selected, on their metrics port, and the job is set to that name whatever the Service."""
+    monitor = load_one(METACONTROLLER_MONITOR)
+    assert (monitor["apiVersion"], monitor["kind"]) == (
+        "monitoring.coreos.com/v1",
+        "ServiceMonitor",
+    )
+    spec = monitor["spec"]
+    assert set(spec) == {"namespaceSelector", "selector", "endpoints"}
+    services = [_chart_metrics_service()] + [
+        doc for doc in yaml.safe_load_all(SHARD_METRICS.read_text()) if doc
+    ]
+    assert len(services) == 6
+    for service in services:
+        assert service["metadata"]["namespace"] in spec["namespaceSelector"]["matchNames"]
+        assert selects(spec["selector"], service["metadata"]["labels"]), service["metadata"]
+        (endpoint,) = spec["endpoints"]
+        assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    (endpoint,) = spec["endpoints"]
+    assert endpoint["path"] == "/metrics"
+    assert parse_duration(endpoint["scrapeTimeout"]) < parse_duration(endpoint["interval"])
+    assert endpoint["relabelings"] == [{"targetLabel": "job", "replacement": "metacontroller"}]
+    rules = (REPO / "deploy" / "monitoring" / "alerts.rules.yaml").read_text()
+    assert 'job="metacontroller"' in rules
+    # The hook's ServiceMonitor does not select Metacontroller, nor this one the hook.
+    hook = find(rendered("deploy"), "Service", HOOK_NAME)
+    assert not selects(spec["selector"], hook["metadata"]["labels"])
+
+
 # ------------------------------------------------------------------------- Dockerfile
 
 
