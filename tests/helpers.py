@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -596,3 +597,13 @@ def heading_anchor(heading: str) -> str:
     (``(`client_downtime.py`)`` → ``client_downtimepy``: GitHub keeps the underscore)."""
     text = re.sub(r"[`*]|\[|\]\([^)]*\)", "", heading.strip()).lower()
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Poll ``check`` every 0.2 s until it holds; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout:.0f} s: {what}")

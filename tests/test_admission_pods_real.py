@@ -18,7 +18,6 @@ Test design notes:
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ import yaml
 
 from controlplane import ControlPlane
 from controlplane.rest import KubeApiError, KubeRest, resource_path
+from tests.helpers import wait_for
 from tests.manifest_helpers import find, rendered
 
 POLICY = "pg-failover-hook-unique-pod-name"
@@ -39,12 +39,7 @@ WAIT = 60.0
 
 
 def _wait(what: str, check: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout:.0f} s: {what}")
+    wait_for(what, check, timeout)
 
 
 def pod(name: str, label: str | None, generate: bool = False) -> dict[str, Any]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -60,6 +59,7 @@ from tests.admission_cases import (
     cluster,
     localize,
 )
+from tests.helpers import wait_for
 from tests.manifest_helpers import CRD_FILE, find, rendered
 
 PGC = "adg.io/v1alpha1"
@@ -72,12 +72,7 @@ STATE_ORDER = {NO_LIST: 0, ALLOW_LIST: 1, EMPTY_LIST: 2}
 
 
 def _wait(what: str, check: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout:.0f} s: {what}")
+    wait_for(what, check, timeout)
 
 
 @dataclass

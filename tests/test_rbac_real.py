@@ -21,7 +21,6 @@ Test design notes:
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from controlplane.accounts import (
     subject,
 )
 from controlplane.rest import KubeRest
+from tests.helpers import wait_for
 from tests.manifest_helpers import CRD_FILE, METACONTROLLER_CRDS, rendered
 
 NS = "databases"  # a namespace of PostgreSQLClusters (RBAC needs it to exist only for nothing)
@@ -160,12 +160,7 @@ NOT_CALLED: list[Call] = [
 
 
 def _wait(what: str, check: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout:.0f} s: {what}")
+    wait_for(what, check, timeout)
 
 
 def self_review(rest: KubeRest, call: Call) -> bool:
