@@ -236,6 +236,28 @@ def own_plane(
         yield plane
 
 
+@contextlib.contextmanager
+def _rig_on_own_plane(
+    plane: ControlPlane,
+    cluster: PatroniCluster,
+    hook: RestartableHook,
+    tmp_path: Path,
+    **rig_options: Any,
+) -> Iterator[KubeRig]:
+    """:func:`tests.kube_faults.rig_on` in a new namespace of ``plane`` (a control plane
+    the test breaks, so the module's shared one is left alone)."""
+    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    rest = KubeRest.from_kubeconfig(plane.admin_kubeconfig)
+    try:
+        rest.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+    finally:
+        rest.close()
+    with rig_on(
+        plane, cluster, namespace, hook.url, hook.token, tmp_path, **rig_options
+    ) as running:
+        yield running
+
+
 @pytest.fixture
 def own_rig(
     own_plane: ControlPlane,
@@ -243,20 +265,8 @@ def own_rig(
     fault_hook: RestartableHook,
     tmp_path: Path,
 ) -> Iterator[KubeRig]:
-    namespace = f"t-{uuid.uuid4().hex[:10]}"
-    rest = KubeRest.from_kubeconfig(own_plane.admin_kubeconfig)
-    try:
-        rest.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
-    finally:
-        rest.close()
-    with rig_on(
-        own_plane,
-        fault_cluster,
-        namespace,
-        fault_hook.url,
-        fault_hook.token,
-        tmp_path,
-        RESYNC_SPEC,
+    with _rig_on_own_plane(
+        own_plane, fault_cluster, fault_hook, tmp_path, controller_spec=RESYNC_SPEC
     ) as running:
         yield running
 
@@ -269,20 +279,8 @@ def own_ha_rig(
     tmp_path: Path,
 ) -> Iterator[KubeRig]:
     """:func:`ha_rig` on a control plane of the test's own."""
-    namespace = f"t-{uuid.uuid4().hex[:10]}"
-    rest = KubeRest.from_kubeconfig(own_plane.admin_kubeconfig)
-    try:
-        rest.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
-    finally:
-        rest.close()
-    with rig_on(
-        own_plane,
-        fault_cluster,
-        namespace,
-        fault_hook.url,
-        fault_hook.token,
-        tmp_path,
-        replicas=REPLICAS,
+    with _rig_on_own_plane(
+        own_plane, fault_cluster, fault_hook, tmp_path, replicas=REPLICAS
     ) as running:
         yield running
 
