@@ -107,10 +107,10 @@ def load(url: str, headers: dict[str, str], data: bytes, stop: float, cap: int, 
         with lock:
             if status == 200:
                 t.ok += 1
+            elif status in (429, 503):  # busy: 429 since 2026-12-04, 503 before
+                t.busy += 1
             elif 400 <= status < 500:
                 t.refused += 1
-            elif status == 503:
-                t.busy += 1
             else:
                 t.failed += 1
     conn.close()
@@ -192,7 +192,7 @@ def report(result: dict[str, Any]) -> str:
         f"PGFH_MAX_BODY_BYTES_IN_FLIGHT={result['in_flight']:,}), "
         f"{result['members']} Pods, {result['workers']} workers x {result['threads']} threads "
         f"= {result['concurrency']} concurrent syncs {' '.join(result['env'])}",
-        f"replies: {result['ok']} x 200, {result['refused']} x 4xx, {result['busy']} x 503 "
+        f"replies: {result['ok']} x 200, {result['refused']} x 4xx, {result['busy']} x 429 "
         f"(busy), {result['failed']} failed",
     ]
     for pid, peak in sorted(result["peak_rss_kib"].items()):

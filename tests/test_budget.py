@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
+from hooks.shell import app as app_module
+from hooks.shell.app import create_app
 from hooks.shell.budget import ByteBudget
+from hooks.shell.config import HookSettings
+from tests.helpers import NO_AUTH, NOW, fixture
 
 
 def test_requests_within_the_budget_run_together() -> None:
@@ -62,3 +68,23 @@ def test_the_budget_is_released_when_the_request_fails() -> None:
     assert budget.used == 0
     with pytest.raises(ValueError):
         ByteBudget(0)
+
+
+def test_a_call_that_finds_no_room_gets_429_with_retry_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Busy is a 429 with ``Retry-After``: Metacontroller requeues it after that many seconds
+    (``AddAfter``) without growing the parent's backoff, where a 5xx would grow it
+    (``AddRateLimited``, 5 ms doubling to 1000 s). Nothing is read, nothing changes."""
+
+    class NoRoom(ByteBudget):
+        @contextmanager
+        def held(self, size: int, timeout: float) -> Iterator[bool]:
+            yield False
+
+    monkeypatch.setattr(app_module, "ByteBudget", NoRoom)
+    client = create_app(settings=HookSettings(auth=NO_AUTH), clock=lambda: NOW).test_client()
+    response = client.post("/sync", json=fixture("sync-service-selects-old-leader.json"))
+    assert response.status_code == 429
+    assert response.headers["Retry-After"] == "1"
+    assert "busy" in response.get_json()["error"]

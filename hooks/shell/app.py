@@ -176,13 +176,21 @@ def _echo_request_id(response: Response) -> Response:
     return response
 
 
+#: Seconds Metacontroller waits before it calls again after a busy refusal.
+BUSY_RETRY_AFTER_SECONDS = 1
+
+
 def _busy() -> Response:
+    """429 with ``Retry-After``, not 503: Metacontroller v4.17.2 requeues a 429 after its
+    ``Retry-After`` seconds (``pkg/hooks/webhook.go`` ``TooManyRequestError``, then
+    ``queue.AddAfter`` in ``pkg/controller/composite/controller.go``), without growing the
+    parent's backoff; a 5xx would go through ``AddRateLimited`` (5 ms doubling to 1000 s)."""
     metrics.BUSY.inc()
     log.warning("busy: bodies in progress leave no room for this %s call", request.endpoint)
     response = _reply(
-        Reply({"error": "busy: too many large requests in progress; retry"}, status=503)
+        Reply({"error": "busy: too many large requests in progress; retry"}, status=429)
     )
-    response.headers["Retry-After"] = "1"
+    response.headers["Retry-After"] = str(BUSY_RETRY_AFTER_SECONDS)
     return response
 
 

@@ -8,7 +8,8 @@ sync in flight on it. Fewer threads would bound the memory, but also the number 
 waiting on slow members at once, which cost almost no memory. So the threads stay, and the
 *bytes* are bounded instead: a request waits (holding only its thread and its socket) until
 the bodies being read and loaded leave room for its own ``Content-Length``, at most
-``timeout`` seconds, and is then answered 503 unread: Metacontroller retries it later, with
+``timeout`` seconds, and is then answered 429 unread (``Retry-After: 1``): Metacontroller
+calls again a second later without growing the parent's backoff (a 5xx would grow it), with
 nothing changed. The budget is held only while the body is read, decoded and loaded (tens
 of milliseconds); the probe round runs with the loaded request, which keeps the children
 and small typed Pods, not the body's bulk. Decoding is CPU work under the GIL, so a worker

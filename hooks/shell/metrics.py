@@ -70,7 +70,7 @@ ERRORS = Counter(
 
 BUSY = Counter(
     "pgfh_busy_refusals_total",
-    "Calls answered 503 unread because the worker's bodies in progress left no room for "
+    "Calls answered 429 unread because the worker's bodies in progress left no room for "
     "theirs within the probe deadline (PGFH_MAX_BODY_BYTES_IN_FLIGHT).",
 )
 AUTH_FAILURES = Counter(
