@@ -1,5 +1,6 @@
 """``python -m controlplane build``: build the binaries into the per-machine cache (what
 ``make test`` runs before pytest, so no test waits on a build);
+``python -m controlplane helm``: build the pinned helm (the chart's tests) into the same cache;
 ``python -m controlplane run``: start a control plane by hand and print how to use it."""
 
 from __future__ import annotations
@@ -9,20 +10,23 @@ import signal
 import sys
 import threading
 
-from controlplane.binaries import ensure_binaries
+from controlplane.binaries import ensure_binaries, ensure_helm
 from controlplane.errors import ControlPlaneError
 from controlplane.servers import start_control_plane
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m controlplane")
-    parser.add_argument("command", choices=("build", "run"))
+    parser.add_argument("command", choices=("build", "helm", "run"))
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
             binaries = ensure_binaries()
             how = f"built in {binaries.build_seconds:.0f} s" if binaries.built_now else "cached"
             print(f"control plane binaries {how}: {binaries.bin_dir}")
+            return 0
+        if args.command == "helm":
+            print(f"helm: {ensure_helm()}")
             return 0
         plane = start_control_plane()
     except ControlPlaneError as error:

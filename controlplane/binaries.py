@@ -44,6 +44,9 @@ PROGRAMS: Mapping[str, tuple[str, str]] = {
     "kubectl": ("kubernetes", "k8s.io/kubernetes/cmd/kubectl"),
     "kube-state-metrics": ("kube-state-metrics", "k8s.io/kube-state-metrics/v2"),
 }
+#: Helm (``helm.sh/helm/v4``), for the chart's tests (``charts/pg-failover-hook/``): built the
+#: same way into a cache folder of its own, so adding it did not change the control plane's key.
+HELM_PROGRAMS: Mapping[str, tuple[str, str]] = {"helm": ("helm", "helm.sh/helm/v4/cmd/helm")}
 #: Static, stripped, reproducible: the flags are part of the cache key.
 BUILD_FLAGS = ("-trimpath", "-mod=readonly")
 #: Where Kubernetes' programs read their own version (hack/lib/version.sh sets the same at
@@ -53,6 +56,8 @@ VERSION_PACKAGES = ("k8s.io/component-base/version", "k8s.io/client-go/pkg/versi
 MIN_ETCD = (3, 5, 13)
 #: An override for machines that have the programs already (all of PROGRAMS in one folder).
 ENV_BIN_DIR = "PGFH_CONTROLPLANE_BIN_DIR"
+#: The same for helm (a folder holding ``helm``).
+ENV_HELM_BIN_DIR = "PGFH_HELM_BIN_DIR"
 ENV_CACHE_DIR = "PGFH_CACHE_DIR"
 COMPLETE_MARKER = ".complete"
 
@@ -102,32 +107,47 @@ def go_version(go: Path) -> str:
     return result.stdout.strip() or "unknown"
 
 
-def cache_key(go_ver: str) -> str:
+def cache_key(go_ver: str, programs: Mapping[str, tuple[str, str]] = PROGRAMS) -> str:
     """A digest of everything that decides the binaries' bytes."""
     digest = hashlib.sha256()
-    for module in sorted({folder for folder, _ in PROGRAMS.values()}):
+    for module in sorted({folder for folder, _ in programs.values()}):
         for name in ("go.mod", "go.sum"):
             digest.update(f"{module}/{name}\0".encode())
             digest.update((GO_DIR / module / name).read_bytes())
     digest.update(f"{go_ver}\0{platform.system()}\0{platform.machine()}\0".encode())
-    for module in sorted({folder for folder, _ in PROGRAMS.values()}):
+    for module in sorted({folder for folder, _ in programs.values()}):
         digest.update(_ldflags(module).encode())
-    digest.update("\0".join((*BUILD_FLAGS, *sorted(PROGRAMS))).encode())
+    digest.update("\0".join((*BUILD_FLAGS, *sorted(programs))).encode())
     return digest.hexdigest()[:16]
 
 
 def ensure_binaries(log: Callable[[str], None] = print) -> Binaries:
     """The programs of :data:`PROGRAMS`, from the override folder, the cache, or a build."""
-    override = os.environ.get(ENV_BIN_DIR)
+    return _ensure(PROGRAMS, "controlplane", ENV_BIN_DIR, "the test control plane", log)
+
+
+def ensure_helm(log: Callable[[str], None] = print) -> Path:
+    """The pinned ``helm`` (go/helm), from ``$PGFH_HELM_BIN_DIR``, the cache, or a build."""
+    return _ensure(HELM_PROGRAMS, "helm", ENV_HELM_BIN_DIR, "helm", log).path("helm")
+
+
+def _ensure(
+    programs: Mapping[str, tuple[str, str]],
+    folder: str,
+    env_bin_dir: str,
+    what: str,
+    log: Callable[[str], None],
+) -> Binaries:
+    override = os.environ.get(env_bin_dir)
     if override:
         bin_dir = Path(override)
-        missing = [name for name in PROGRAMS if not (bin_dir / name).is_file()]
+        missing = [name for name in programs if not (bin_dir / name).is_file()]
         if missing:
-            raise BuildError(f"{ENV_BIN_DIR}={bin_dir} lacks {', '.join(missing)}")
+            raise BuildError(f"{env_bin_dir}={bin_dir} lacks {', '.join(missing)}")
         return Binaries(bin_dir, built_now=False, build_seconds=0.0)
     go = find_go()
-    key = cache_key(go_version(go))
-    root = cache_root() / "controlplane"
+    key = cache_key(go_version(go), programs)
+    root = cache_root() / folder
     target = root / key
     root.mkdir(parents=True, exist_ok=True)
     if (target / COMPLETE_MARKER).exists():  # built: no need to wait behind another key's build
@@ -137,11 +157,17 @@ def ensure_binaries(log: Callable[[str], None] = print) -> Binaries:
         if (target / COMPLETE_MARKER).exists():
             return Binaries(target / "bin", built_now=False, build_seconds=0.0)
         started = time.monotonic()
-        _build(go, target, log)
+        _build(go, target, programs, what, log)
         return Binaries(target / "bin", built_now=True, build_seconds=time.monotonic() - started)
 
 
-def _build(go: Path, target: Path, log: Callable[[str], None]) -> None:
+def _build(
+    go: Path,
+    target: Path,
+    programs: Mapping[str, tuple[str, str]],
+    what: str,
+    log: Callable[[str], None],
+) -> None:
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     (staging / "bin").mkdir(parents=True)
@@ -152,11 +178,12 @@ def _build(go: Path, target: Path, log: Callable[[str], None]) -> None:
         "GOFLAGS": "",
     }
     modules: dict[str, list[str]] = {}
-    for module, package in PROGRAMS.values():
+    for module, package in programs.values():
         modules.setdefault(module, []).append(package)
     log(
-        f"building the test control plane ({', '.join(PROGRAMS)}) into {target}; "
-        f"the first build takes about 10 minutes on 2 cores (log: {log_file})"
+        f"building {what} ({', '.join(programs)}) into {target}; "
+        f"the first build takes minutes on 2 cores (about 10 for the control plane; "
+        f"log: {log_file})"
     )
     with log_file.open("w") as out:
         for module, packages in sorted(modules.items()):
@@ -179,11 +206,11 @@ def _build(go: Path, target: Path, log: Callable[[str], None]) -> None:
                 )
     # go build names a binary after the package path's last element, or the one before a
     # major-version suffix (go.etcd.io/etcd/server/v3 makes "server"): rename where it differs.
-    for name, (_, package) in PROGRAMS.items():
+    for name, (_, package) in programs.items():
         built = staging / "bin" / _binary_name(package)
         if name != built.name and built.exists():
             built.rename(staging / "bin" / name)
-    missing = [name for name in PROGRAMS if not (staging / "bin" / name).is_file()]
+    missing = [name for name in programs if not (staging / "bin" / name).is_file()]
     if missing:
         raise BuildError(f"the build made no {', '.join(missing)}: see {log_file}")
     (staging / COMPLETE_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime()))
@@ -213,6 +240,12 @@ def _ldflags(module_folder: str) -> str:
                 f"-X {package}.gitTreeState=clean",
                 f"-X {package}.buildDate=1970-01-01T00:00:00Z",
             ]
+    elif module_folder == "helm":  # as helm's own Makefile sets them (`helm version`)
+        version = pinned_version("helm", "helm.sh/helm/v4")
+        flags += [
+            f"-X helm.sh/helm/v4/internal/version.version={version}",
+            "-X helm.sh/helm/v4/internal/version.gitTreeState=clean",
+        ]
     return "-ldflags=" + " ".join(flags)
 
 
