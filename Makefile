@@ -40,7 +40,7 @@ BUILD_FLAGS = $(if $(BASE),--build-arg BASE=$(BASE)) \
               $(if $(BUILD_CA),--secret id=pipcert$(,)src=$(BUILD_CA))
 , := ,
 
-.PHONY: help venv demo serve test lint bench clean lock image image-tools promtool mutation readme-figures controlplane
+.PHONY: help venv demo serve test lint bench clean lock image image-tools promtool mutation readme-figures controlplane helm chart
 
 help: ## list the targets and what each does
 	@awk -F ':[^#]*## ' '/^[a-z][a-z-]*:[^#]*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -85,7 +85,7 @@ lint: $(STAMP) ## ruff, ruff format --check, mypy --strict, the import contracts
 # The junit file is what `make readme-figures` writes the README's test figures from.
 JUNIT := .run/junit.xml
 
-test: $(STAMP) lint promtool image-tools controlplane ## lint, then the whole test suite (writes .run/junit.xml)
+test: $(STAMP) lint promtool image-tools controlplane helm ## lint, then the whole test suite (writes .run/junit.xml)
 	$(BIN)/python -m pytest --junitxml=$(JUNIT)
 
 readme-figures: $(STAMP) ## rewrite the README's test figures from the last `make test` (.run/junit.xml)
@@ -96,6 +96,15 @@ readme-figures: $(STAMP) ## rewrite the README's test figures from the last `mak
 # controlplane/go/, once per machine, into ~/.cache/pg-failover-hook/controlplane/<key>/.
 controlplane: $(STAMP) ## build the test control plane's binaries once per machine (cached)
 	$(BIN)/python -m controlplane build
+
+# helm (the chart's tests: tests/test_chart*.py) built the same way from the Go module pinned in
+# controlplane/go/helm/, once per machine, into ~/.cache/pg-failover-hook/helm/<key>/.
+helm: $(STAMP) ## build the pinned helm once per machine (cached), for the chart's tests
+	$(BIN)/python -m controlplane helm
+
+# charts/pg-failover-hook/ is generated from deploy/ (ops/chart.py): run after changing deploy/.
+chart: $(STAMP) ## rewrite the Helm chart charts/pg-failover-hook/ from deploy/
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m ops.chart
 
 # The alert tests need promtool and prometheus (Debian's prometheus package; .ci/run installs it).
 # promtool (alert unit tests) and prometheus (the real-Prometheus failover test) come from

@@ -103,7 +103,10 @@ FIELDS = (
         '"{{ .Values.image.repository }}:{{ .Values.image.tag }}"',
     ),
     Field(
-        "Deployment", "pg-failover-hook", (*_HOOK, "imagePullPolicy"), "{{ .Values.image.pullPolicy }}"
+        "Deployment",
+        "pg-failover-hook",
+        (*_HOOK, "imagePullPolicy"),
+        "{{ .Values.image.pullPolicy }}",
     ),
     Field("Deployment", "pg-failover-hook", (*_HOOK, "resources"), ".Values.resources", "block"),
     Field(
@@ -211,15 +214,14 @@ def _template_of(obj: Obj, tokens: dict[str, Field]) -> str:
     if "{{" in text or "}}" in text:
         raise SystemExit(f"{obj['kind']}/{obj['metadata']['name']} contains template braces")
     for token, field in tokens.items():
-        text = re.sub(
-            rf"^( *)(\S+): {token}$",
-            lambda m, f=field: _expression(m.group(1), m.group(2), f),
-            text,
-            flags=re.MULTILINE,
-        )
+        text = re.sub(rf"^( *)(\S+): {token}$", _replacer(field), text, flags=re.MULTILINE)
     if "__pgfh_field_" in text:
         raise SystemExit(f"a field of {obj['kind']}/{obj['metadata']['name']} was not replaced")
     return text
+
+
+def _replacer(field: Field) -> Callable[[re.Match[str]], str]:
+    return lambda match: _expression(match.group(1), match.group(2), field)
 
 
 def _expression(indent: str, key: str, field: Field) -> str:
@@ -441,19 +443,7 @@ def schema() -> dict[str, Any]:
 
 
 #: Checks a schema cannot say (a relation between two values), with messages that name them.
-VALIDATE = f"""{{{{- /* {GENERATED} */}}}}
-{{{{- /* What values.schema.json cannot say: relations between values. */}}}}
-{{{{- $overlays := list }}}}
-{{{{- if .Values.events.enabled }}}}{{{{ $overlays = append $overlays "events.enabled=true" }}}}{{{{ end }}}}
-{{{{- if ne .Values.mtls.mode "off" }}}}{{{{ $overlays = append $overlays (printf "mtls.mode=%s" .Values.mtls.mode) }}}}{{{{ end }}}}
-{{{{- if .Values.sharding.enabled }}}}{{{{ $overlays = append $overlays "sharding.enabled=true" }}}}{{{{ end }}}}
-{{{{- if gt (len $overlays) 1 }}}}
-{{{{- fail (printf "pg-failover-hook: %s: choose at most one of events.enabled, mtls.mode (not off) and sharding.enabled, as deploy/ offers one overlay at a time" (join ", " $overlays)) }}}}
-{{{{- end }}}}
-{{{{- if gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas) }}}}
-{{{{- fail (printf "pg-failover-hook: autoscaling.minReplicas (%d) is greater than autoscaling.maxReplicas (%d)" (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas)) }}}}
-{{{{- end }}}}
-"""
+VALIDATE = Path(__file__).with_name("chart_validate.tpl")
 
 
 def chart_yaml(app_version: str) -> str:
@@ -489,7 +479,7 @@ def chart_files(kubectl: str) -> dict[str, str]:
         "values.yaml": values_yaml(defaults(kubectl)),
         "values.schema.json": json.dumps(schema(), indent=2) + "\n",
         ".helmignore": f"# {GENERATED}\n*.orig\n*.rej\n*~\n",
-        "templates/00-validate.yaml": VALIDATE,
+        "templates/00-validate.yaml": VALIDATE.read_text(encoding="utf-8"),
     }
     for name, text in object_templates(kubectl).items():
         files[f"templates/{name}"] = text

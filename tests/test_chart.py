@@ -41,9 +41,7 @@ def helm() -> str:
 
 
 def helm_run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [helm(), *args], capture_output=True, text=True, timeout=120, check=False
-    )
+    return subprocess.run([helm(), *args], capture_output=True, text=True, timeout=120, check=False)
 
 
 def template(*settings: str) -> list[dict[str, Any]]:
@@ -87,9 +85,7 @@ def test_the_helm_is_the_pinned_one() -> None:
 
 def test_the_chart_is_what_the_generator_makes_of_deploy() -> None:
     lines: list[str] = []
-    assert chart.main(["--check", "--kubectl", kubectl()], out=lines.append) == 0, "\n".join(
-        lines
-    )
+    assert chart.main(["--check", "--kubectl", kubectl()], out=lines.append) == 0, "\n".join(lines)
 
 
 def test_a_stale_chart_fails_the_check(tmp_path: Path) -> None:
@@ -155,7 +151,9 @@ def test_the_values_set_what_they_name() -> None:
     assert pod["nodeSelector"] == {"pool": "system"}
     assert pod["priorityClassName"] == "system-cluster-critical"
     assert "tolerations" not in pod
-    hpa = objects[("autoscaling", "HorizontalPodAutoscaler", "pg-failover-hook", "pg-failover-hook")]
+    hpa = objects[
+        ("autoscaling", "HorizontalPodAutoscaler", "pg-failover-hook", "pg-failover-hook")
+    ]
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (4, 12)
     assert not [k for k in objects if k[1] == "Namespace"]
 
