@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
+from controlplane import binaries
 from controlplane.binaries import ensure_helm, pinned_version
 from ops import chart
 from tests.manifest_helpers import REPO, kubectl, rendered
@@ -112,6 +114,29 @@ def test_each_values_choice_renders_exactly_its_kustomize_target(variant: chart.
     assert sorted(ours) == sorted(theirs)
     for key, obj in theirs.items():
         assert ours[key] == obj, f"{key} differs between helm and kubectl kustomize"
+
+
+def test_the_comparison_sees_a_changed_field() -> None:
+    """The negative control of the test above: one value away from the defaults, one field of
+    one object differs, and the comparison says so."""
+    ours = by_key(without_keep(template("image.tag=0.1.1")))
+    theirs = by_key(rendered("deploy"))
+    differing = [key for key in theirs if ours[key] != theirs[key]]
+    assert differing == [("apps", "Deployment", "pg-failover-hook", "pg-failover-hook")]
+
+
+def test_helm_has_a_cache_key_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adding helm did not rebuild the control plane: a change of go/helm changes helm's key
+    only, and the control plane's key never reads go/helm."""
+    go_dir = tmp_path / "go"
+    shutil.copytree(binaries.GO_DIR, go_dir)
+    monkeypatch.setattr(binaries, "GO_DIR", go_dir)
+    before = (binaries.cache_key("go"), binaries.cache_key("go", binaries.HELM_PROGRAMS))
+    (go_dir / "helm" / "go.sum").write_text("changed\n")
+    after = (binaries.cache_key("go"), binaries.cache_key("go", binaries.HELM_PROGRAMS))
+    assert after[0] == before[0]
+    assert after[1] != before[1]
+    assert before[0] != before[1]
 
 
 def test_the_crd_keep_annotation_is_the_only_difference_and_can_be_turned_off() -> None:
