@@ -184,3 +184,59 @@ def test_install_then_upgrade_between_values_sets_and_uninstall(
     assert get(plane, "crd", "postgresqlclusters.adg.io") is not None
     assert get(plane, "compositecontroller", "pg-failover-hook") is None
     assert get(plane, "deployment", "-n", NAMESPACE, "pg-failover-hook") is None
+
+
+def _spec_of_rendered(plane: ControlPlane, kind: str, values: dict[str, Any]) -> dict[str, Any]:
+    manifests = run_helm(plane, "template", RELEASE, str(CHART), values=values)
+    found = [d for d in yaml.safe_load_all(manifests) if d and d["kind"] == kind]
+    assert len(found) == 1
+    spec: dict[str, Any] = found[0]["spec"]
+    return spec
+
+
+def test_the_mtls_migration_of_docs_upgrade_md_runs_as_helm_upgrades(
+    control_plane: ControlPlane,
+) -> None:
+    """docs/upgrade.md's three steps with the chart: upgrade to ``mtls.mode=transition``, patch
+    the CompositeController by hand (step 2, as documented), upgrade to ``mtls.mode=on``: no
+    step fails (helm's apply does not trip over the fields the hand patch set) and the result is
+    the chart's ``mtls.mode=on`` rendering."""
+    plane = control_plane
+    ns = ("-n", RELEASE_NAMESPACE)
+    run_helm(plane, "install", RELEASE, str(CHART), *ns)
+    try:
+        run_helm(
+            plane, "upgrade", RELEASE, str(CHART), *ns, "--reuse-values",
+            values={"mtls": {"mode": "transition"}},
+        )  # fmt: skip
+        deployment = get(plane, "deployment", "-n", NAMESPACE, "pg-failover-hook")
+        assert deployment is not None
+        containers = deployment["spec"]["template"]["spec"]["containers"]
+        assert [c["name"] for c in containers] == ["hook-tls", "hook"]
+        service = get(plane, "service", "-n", NAMESPACE, "pg-failover-hook")
+        assert service is not None
+        assert [p["port"] for p in service["spec"]["ports"]] == [8080, 9090, 8443]
+        plane.kubectl(
+            "patch", "compositecontroller", "pg-failover-hook", "--type", "merge",
+            "--patch-file", str(REPO / "deploy" / "mtls" / "compositecontroller-patch.yaml"),
+        )  # fmt: skip
+        run_helm(
+            plane, "upgrade", RELEASE, str(CHART), *ns, "--reuse-values",
+            values={"mtls": {"mode": "on"}},
+        )  # fmt: skip
+        controller = get(plane, "compositecontroller", "pg-failover-hook")
+        assert controller is not None
+        wanted = _spec_of_rendered(plane, "CompositeController", {"mtls": {"mode": "on"}})
+        assert controller["spec"]["hooks"] == wanted["hooks"]
+        assert controller["spec"]["endpointConfigs"] == wanted["endpointConfigs"]
+        assert wanted["hooks"]["sync"]["webhook"]["url"].startswith("https://")
+        service = get(plane, "service", "-n", NAMESPACE, "pg-failover-hook")
+        assert service is not None
+        assert sorted(p["port"] for p in service["spec"]["ports"]) == [8443, 9090]
+        deployment = get(plane, "deployment", "-n", NAMESPACE, "pg-failover-hook")
+        assert deployment is not None
+        containers = deployment["spec"]["template"]["spec"]["containers"]
+        assert [c["name"] for c in containers] == ["hook"]
+        assert {"name": "PGFH_AUTH", "value": "token+mtls"} in containers[0]["env"]
+    finally:
+        run_helm(plane, "uninstall", RELEASE, *ns, "--wait", "--timeout", "120s")
