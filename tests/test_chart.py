@@ -247,3 +247,17 @@ def test_values_yaml_documents_every_value() -> None:
     values = yaml.safe_load(text)
     schema = chart.schema()
     assert set(values) == set(schema["properties"])
+
+
+def test_an_invalid_value_fails_helm_install_too(tmp_path: Path) -> None:
+    """``helm install`` checks the schema before it talks to any server (no kubeconfig here)."""
+    result = subprocess.run(
+        [helm(), "install", "pg-failover-hook", str(CHART), "--dry-run=client",
+         "--set", "mtls.mode=maybe"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+             "KUBECONFIG": str(tmp_path / "none")},
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "INSTALLATION FAILED: values don't meet the specifications" in result.stderr
+    assert "at '/mtls/mode': value must be one of 'off', 'transition', 'on'" in result.stderr
