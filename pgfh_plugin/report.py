@@ -216,14 +216,18 @@ def _read_only(
     listed = [n for n in _list(status.get("replicaEndpoints")) if isinstance(n, str)]
     limit = wanted.get("maxLagBytes", field_default(ReplicaServiceSpec, "max_lag_bytes"))
     routed = by_type.get("ReplicasRouted")
+    levels = as_mapping(status.get("replicaLevels"))
     return {
         "service": name,
         "endpoints": [
-            {"pod": n, "ip": (_pod(pods.get(n)) or {}).get("ip")} for n in sorted(listed)
+            {"pod": n, "ip": (_pod(pods.get(n)) or {}).get("ip"), "level": _str(levels.get(n))}
+            for n in sorted(listed)
         ],
         "maxLagBytes": limit if isinstance(limit, int) else None,
         "whenNoReplica": _str(wanted.get("whenNoReplica"))
         or field_default(ReplicaServiceSpec, "when_no_replica"),
+        "consistency": _str(wanted.get("consistency"))
+        or field_default(ReplicaServiceSpec, "consistency"),
         "reason": routed.get("reason") if routed else None,
     }
 
