@@ -275,7 +275,7 @@ def test_status_json_carries_the_same_facts(kubeconfig: Path) -> None:
     }
     assert members[P2]["lag"] == {"bytes": None, "withinBytes": None, "source": None}
     assert all(m["reachable"] is True for m in members.values())
-    assert cluster["readOnly"]["endpoints"] == [{"pod": P1, "ip": IPS[P1], "level": None}]
+    assert cluster["readOnly"]["endpoints"] == [{"pod": P1, "ip": IPS[P1]}]
     assert cluster["readOnly"]["consistency"] == "lag"
     assert cluster["backup"]["lastSuccessful"] == {
         "job": JOB,
