@@ -156,27 +156,28 @@ def test_synchronous_reads_follow_the_sync_standbys_as_one_leaves_sync(
     assert condition["reason"] == "SynchronousReplicasRouted", condition
     assert rig.status()["replicaLevels"] == {first: "sync", second: "sync"}
 
-    # One leaves sync: synchronous_node_count 1 makes the other 'potential'.
+    # One leaves sync: with synchronous_node_count 1 Patroni names one standby in
+    # synchronous_standby_names, and PostgreSQL reports the other as 'async'.
     cluster.patch_config({"synchronous_node_count": 1})
     states = poll_until(
-        lambda: (s := sync_states(cluster)) and sorted(s.values()) == ["potential", "sync"] and s,
+        lambda: (s := sync_states(cluster)) and sorted(s.values()) == ["async", "sync"] and s,
         PATRONI_CHANGE,
-        what="one sync and one potential standby",
+        what="one sync and one async standby",
         details=lambda: f"the leader reports {sync_states(cluster)}",
     )
     (synced,) = [n for n, s in states.items() if s == "sync"]
-    (potential,) = [n for n, s in states.items() if s == "potential"]
+    (other,) = [n for n, s in states.items() if s == "async"]
     condition = wait_routed(rig, (synced,), "SynchronousReplicasRouted")
-    assert f"left out: {potential} (sync_state potential, not sync)" in condition["message"]
-    assert rig.status()["replicaLevels"] == {synced: "sync", potential: "potential"}
+    assert f"left out: {other} (sync_state async, not sync)" in condition["message"]
+    assert rig.status()["replicaLevels"] == {synced: "sync", other: "async"}
     assert rig.selected() == [leader]
 
-    # The sync standby stops: Patroni promotes the potential one to sync, and the reads move.
+    # The sync standby stops: Patroni makes the other one sync, and the reads move to it.
     cluster.stop_member_gracefully(synced)
     rig.pod_changed(synced, ready=False)
-    wait_sync_states(cluster, {potential: "sync"})
-    condition = wait_routed(rig, (potential,), "SynchronousReplicasRouted")
-    assert rig.status()["replicaLevels"] == {synced: "none", potential: "sync"}
+    wait_sync_states(cluster, {other: "sync"})
+    condition = wait_routed(rig, (other,), "SynchronousReplicasRouted")
+    assert rig.status()["replicaLevels"] == {synced: "none", other: "sync"}
     assert f"{synced} (unreachable, Pod not ready)" in condition["message"], condition
     cluster.start_member(synced)
     rig.pod_changed(synced, ready=True)
