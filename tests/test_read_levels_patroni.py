@@ -67,11 +67,14 @@ def replicas_routed(rig: Rig) -> dict[str, Any]:
 
 
 def wait_routed(rig: Rig, endpoints: tuple[str, ...], reason: str) -> dict[str, Any]:
-    """Wait for a sync that lists ``endpoints`` with ``reason``; return the condition."""
+    """Wait for a sync, from now on, that lists ``endpoints`` with ``reason`` (an earlier
+    record must not count: it was made before the change the caller waits for); return
+    the condition."""
     rig.wait_record(
         lambda r: r.read_only == endpoints and replicas_routed(rig)["reason"] == reason,
         HOOK_FOLLOWS,
         what=f"read-only endpoints {endpoints} with {reason}",
+        after=len(rig.records),
     )
     return replicas_routed(rig)
 
