@@ -21,9 +21,9 @@ same probe round as the positions. The replicas' own ``sync_standby`` (since 3.0
 ``quorum_standby`` (since 4.0.0) flags say what the DCS's ``/sync`` key says, which
 Patroni updates after PostgreSQL when it adds a standby and before when it drops one;
 they are not used, so the decision has a single source. ``sync_state`` is ``sync`` or
-``quorum`` only for a walsender that PostgreSQL counts as a candidate (streaming, with a
-flush position: ``SyncRepGetCandidateStandbys`` in ``walsender.c``/``syncrep.c``), so
-``state`` needs no check of its own.
+``quorum`` only for a walsender that PostgreSQL counts as a candidate (streaming or
+stopping, with a flush position: ``SyncRepGetCandidateStandbys`` in PostgreSQL's
+``syncrep.c``), so ``state`` needs no check of its own.
 
 **What the level promises.** A ``sync`` or ``quorum`` standby has *flushed* what the
 leader committed (``synchronous_commit: on``); it has *replayed* it only with
