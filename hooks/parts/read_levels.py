@@ -19,7 +19,8 @@ the member's ``pg_stat_replication`` (``application_name``, ``state``, ``sync_st
 The leader's list is PostgreSQL's own view of whom a commit waits for *now*, read in the
 same probe round as the positions. The replicas' own ``sync_standby`` (since 3.0.2) and
 ``quorum_standby`` (since 4.0.0) flags say what the DCS's ``/sync`` key says, which
-Patroni updates after PostgreSQL when it adds a standby and before when it drops one;
+Patroni updates after PostgreSQL when it adds a standby and before when it drops one
+(the multisync ``process_sync_replication`` docstring in ``patroni/ha.py``);
 they are not used, so the decision has a single source. ``sync_state`` is ``sync`` or
 ``quorum`` only for a walsender that PostgreSQL counts as a candidate (streaming or
 stopping, with a flush position: ``SyncRepGetCandidateStandbys`` in PostgreSQL's
