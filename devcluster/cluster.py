@@ -779,6 +779,15 @@ class PatroniCluster:
             details=self._statuses_text,
         )
 
+    def patch_config(self, patch: dict[str, Any]) -> dict[str, Any]:
+        """``PATCH /config`` on the leader (or any running member): Patroni's dynamic
+        configuration, e.g. ``{"synchronous_mode": True}``; ``None`` removes a key. Patroni
+        applies it at each member's next HA loop: wait for its effect, not for this call."""
+        running = [m for m in self.members if m.running]
+        if not running:
+            raise ClusterError("no running member to configure")
+        return rest.patch_config(self.member(self.leader() or running[0].name), patch)
+
     @contextlib.contextmanager
     def maintenance_mode(self, timeout: float = 15.0) -> Iterator[None]:
         """``with cluster.maintenance_mode():`` — paused automation, resumed on exit."""

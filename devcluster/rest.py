@@ -1,5 +1,5 @@
 """What the harness asks of a member's Patroni REST API beyond its status: a switchover, the
-maintenance mode, the full ``GET /patroni``."""
+maintenance mode, other dynamic configuration, the full ``GET /patroni``."""
 
 from __future__ import annotations
 
@@ -43,6 +43,16 @@ def patch_pause(target: Member, enabled: bool) -> None:
     )
     if resp.status != 200:
         raise ClusterError(f"PATCH {target.api_url}/config -> {resp.status} {resp.error}")
+
+
+def patch_config(target: Member, patch: dict[str, Any]) -> dict[str, Any]:
+    """``PATCH /config`` with ``patch`` (what ``patronictl edit-config`` sends; ``None`` removes
+    a key); returns the dynamic configuration Patroni answers with."""
+    resp = _http.request("PATCH", target.ip, target.api_port, "/config", patch, timeout=5)
+    if resp.status != 200:
+        raise ClusterError(f"PATCH {target.api_url}/config {patch} -> {resp.status} {resp.error}")
+    config: dict[str, Any] = resp.json()
+    return config
 
 
 def reports_pause(member: Member) -> bool:

@@ -167,10 +167,13 @@ def _read_only(read_only: Mapping[str, Any] | None, style: Style) -> list[str]:
     limit = read_only.get("maxLagBytes")
     notes = [f"maxLagBytes {format_bytes(limit)}"] if isinstance(limit, int) else []
     notes.append(f"whenNoReplica {read_only['whenNoReplica']}")
+    if read_only.get("consistency") not in (None, "lag"):
+        notes.append(f"consistency {read_only['consistency']}")
     lines.append(f"  Service {read_only['service']} ({', '.join(notes)})")
     if read_only["endpoints"]:
         for e in read_only["endpoints"]:
-            lines.append(f"  {e['pod']:<24} {e.get('ip') or '- (no Pod IP)'}")
+            level = f"  sync_state {e['level']}" if e.get("level") else ""
+            lines.append(f"  {e['pod']:<24} {e.get('ip') or '- (no Pod IP)'}{level}")
     else:
         lines.append(s.warn("  no endpoints: the read-only Service routes nowhere"))
     return lines

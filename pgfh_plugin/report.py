@@ -216,16 +216,29 @@ def _read_only(
     listed = [n for n in _list(status.get("replicaEndpoints")) if isinstance(n, str)]
     limit = wanted.get("maxLagBytes", field_default(ReplicaServiceSpec, "max_lag_bytes"))
     routed = by_type.get("ReplicasRouted")
+    levels = as_mapping(status.get("replicaLevels"))
     return {
         "service": name,
-        "endpoints": [
-            {"pod": n, "ip": (_pod(pods.get(n)) or {}).get("ip")} for n in sorted(listed)
-        ],
+        "endpoints": [_endpoint(n, pods, levels) for n in sorted(listed)],
         "maxLagBytes": limit if isinstance(limit, int) else None,
         "whenNoReplica": _str(wanted.get("whenNoReplica"))
         or field_default(ReplicaServiceSpec, "when_no_replica"),
+        "consistency": _str(wanted.get("consistency"))
+        or field_default(ReplicaServiceSpec, "consistency"),
         "reason": routed.get("reason") if routed else None,
     }
+
+
+def _endpoint(
+    name: str, pods: Mapping[str, Mapping[str, Any]], levels: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``{pod, ip}``, plus ``level`` (its ``sync_state`` on the leader) when the status names
+    one (``consistency`` ``synchronous``/``quorum``): the ``lag`` shape stays as it was."""
+    entry: dict[str, Any] = {"pod": name, "ip": (_pod(pods.get(name)) or {}).get("ip")}
+    level = _str(levels.get(name))
+    if level is not None:
+        entry["level"] = level
+    return entry
 
 
 def _backup(spec: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any] | None:

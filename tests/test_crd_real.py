@@ -231,6 +231,8 @@ INVALID: list[tuple[str, Edit, str]] = [
      "spec.replicaService.maxLagBytes"),
     ("when-no-replica", both(REPLICAS, setting("replicaService.whenNoReplica", "Sometimes")),
      "spec.replicaService.whenNoReplica"),
+    ("consistency", both(REPLICAS, setting("replicaService.consistency", "sync")),
+     "spec.replicaService.consistency"),
     ("replica-type", both(REPLICAS, setting("replicaService.type", "ExternalName")),
      "spec.replicaService.type"),
     ("paused-string", both(REPLICAS, setting("replicaService.includePausedReplicas", "yes")),

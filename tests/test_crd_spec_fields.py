@@ -43,6 +43,11 @@ VALUES = [
     ("whenNoReplica UseLeader", _replica(whenNoReplica="UseLeader"), True),
     ("whenNoReplica Empty", _replica(whenNoReplica="Empty"), True),
     ("whenNoReplica Sometimes", _replica(whenNoReplica="Sometimes"), False),
+    ("consistency lag", _replica(consistency="lag"), True),
+    ("consistency synchronous", _replica(consistency="synchronous"), True),
+    ("consistency quorum", _replica(consistency="quorum"), True),
+    ("consistency sync", _replica(consistency="sync"), False),
+    ("consistency Quorum", _replica(consistency="Quorum"), False),
     ("maxLagBytes 0", _replica(maxLagBytes=0), True),
     ("maxLagBytes -1", _replica(maxLagBytes=-1), False),
     ("maxLagBytes a string", _replica(maxLagBytes="16MB"), False),
@@ -122,6 +127,7 @@ def test_the_crd_defaults_the_new_groups_like_the_hook() -> None:
         "maxLagBytes": 16 * MIB,
         "whenNoReplica": "KeepEndpoints",
         "includePausedReplicas": False,
+        "consistency": "lag",
         "type": "ClusterIP",
     }
     assert {k: v for k, v in defaulted["backup"].items() if k not in spec["backup"]} == {

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import io
 import json
 import os
@@ -40,6 +41,7 @@ import pytest
 import yaml
 from flask.testing import FlaskClient
 
+from hooks.domain.members import WalSender
 from pgfh_plugin import checks, cli, style
 from standin.apply import World, apply_reply, check_reply
 from tests.child_helpers import MIB, READ_ONLY, answer, backup_fields
@@ -72,18 +74,29 @@ def _sync_until_steady(client: FlaskClient, world: World) -> None:
     raise AssertionError("the hook did not reach a steady state")
 
 
-def hook_world(client: FlaskClient, prober: FakeProber, *, p0_down: bool = False) -> World:
-    """The recorded cluster with a read-only Service and backups, synced by the real hook."""
+def hook_world(
+    client: FlaskClient, prober: FakeProber, *, p0_down: bool = False, consistency: str = "lag"
+) -> World:
+    """The recorded cluster with a read-only Service and backups, synced by the real hook.
+
+    With ``consistency`` other than ``lag`` the leader lists P1 as a ``sync`` standby and P2
+    as ``async``."""
     body = fixture("sync-first-no-service.json")
     body["parent"]["spec"].update(
         {"replicaService": {"name": READ_ONLY}, "backup": backup_fields()}
     )
+    if consistency != "lag":
+        body["parent"]["spec"]["replicaService"]["consistency"] = consistency
     world = World(
         parent=body["parent"],
         services=body["children"]["Service.v1"],
         pods=body["related"]["Pod.v1"],
     )
-    prober.answers = {P0: answer(P0, "primary"), P1: answer(P1), P2: answer(P2, behind=64 * MIB)}
+    leader = dataclasses.replace(
+        answer(P0, "primary"),
+        walsenders=(WalSender(P1, "streaming", "sync"), WalSender(P2, "streaming", "async")),
+    )
+    prober.answers = {P0: leader, P1: answer(P1), P2: answer(P2, behind=64 * MIB)}
     world.jobs = {
         JOB: {
             "apiVersion": "batch/v1",
@@ -263,6 +276,7 @@ def test_status_json_carries_the_same_facts(kubeconfig: Path) -> None:
     assert members[P2]["lag"] == {"bytes": None, "withinBytes": None, "source": None}
     assert all(m["reachable"] is True for m in members.values())
     assert cluster["readOnly"]["endpoints"] == [{"pod": P1, "ip": IPS[P1]}]
+    assert cluster["readOnly"]["consistency"] == "lag"
     assert cluster["backup"]["lastSuccessful"] == {
         "job": JOB,
         "completionTime": "2026-08-20T02:16:09Z",
@@ -294,6 +308,28 @@ def test_status_of_a_cluster_without_a_leader_shows_the_unreachable_member(
     # The hook's members[].reason and membersAnswered, as it wrote them.
     assert "Members (2/3 answered as Patroni)" in out
     assert "Not answering as Patroni: pg-orders-0: connection refused" in out
+
+
+def test_status_names_the_consistency_level_and_each_listed_replicas_sync_state(
+    client: FlaskClient, prober: FakeProber, env: dict[str, str], tmp_path: Path
+) -> None:
+    world = hook_world(client, prober, consistency="synchronous")
+    api = FakeKubeAPI().start()
+    try:
+        populate(api, world)
+        code, out, _ = run("status", "--kubeconfig", str(api.kubeconfig(tmp_path)))
+        _, as_json, _ = run("status", "-o", "json", "--kubeconfig", str(api.kubeconfig(tmp_path)))
+    finally:
+        api.close()
+    assert code == 0
+    assert (
+        f"Service {READ_ONLY} (maxLagBytes 16 MiB, whenNoReplica KeepEndpoints, "
+        "consistency synchronous)" in out
+    )
+    assert f"  {P1:<24} {IPS[P1]}  sync_state sync" in out
+    (cluster,) = json.loads(as_json)["clusters"]
+    assert cluster["readOnly"]["endpoints"] == [{"pod": P1, "ip": IPS[P1], "level": "sync"}]
+    assert cluster["readOnly"]["reason"] == "SynchronousReplicasRouted"
 
 
 def test_status_says_when_the_status_has_no_member_data(kubeconfig: Path, api: FakeKubeAPI) -> None:

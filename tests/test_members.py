@@ -372,9 +372,10 @@ def test_unknown_is_unreachable_with_its_reason_and_nothing_else() -> None:
     assert all(
         getattr(member, f.name) is None
         for f in dataclasses.fields(member)
-        if f.name not in ("name", "verdict", "reason", *flags_)
+        if f.name not in ("name", "verdict", "reason", "walsenders", *flags_)
     )
     assert not any(getattr(member, f) for f in flags_)
+    assert member.walsenders == ()
 
 
 def test_member_status_and_probe_target_are_immutable_values() -> None:

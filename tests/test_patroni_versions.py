@@ -236,3 +236,51 @@ def test_a_replica_with_paused_replay_is_left_out_unless_the_spec_keeps_it(
     assert reply["status"]["replicaEndpoints"] == listed
     message = condition(reply, "ReplicasRouted")["message"]
     assert ("pg-orders-0 (replay paused)" in message) is (include is not True)
+
+
+def with_sync_states(version: str, states: dict[str, str]) -> list[dict[str, Any]]:
+    """The release's answers with the leader's ``replication[].sync_state`` set by name."""
+    bodies = members_of(version)
+    leader = bodies[PODS.index(LEADER)]
+    for row in leader["replication"]:
+        row["sync_state"] = states.get(row["application_name"], row["sync_state"])
+    return bodies
+
+
+@pytest.mark.parametrize("version", ["3.2.2", "4.1.4"])
+def test_synchronous_reads_list_the_sync_standby_on_every_release_since_3_2(
+    hook: FlaskClient, serve: Callable[[Sequence[dict[str, Any]]], FakeCluster], version: str
+) -> None:
+    """Patroni 3.x and 4.x send ``replication`` with ``sync_state`` on the health path."""
+    bodies = with_sync_states(version, {"pg-orders-2": "sync", "pg-orders-0": "potential"})
+    reply = sync(hook, serve(bodies), consistency="synchronous")
+    assert reply["status"]["replicaEndpoints"] == ["pg-orders-2"]
+    assert reply["status"]["replicaLevels"] == {"pg-orders-0": "potential", "pg-orders-2": "sync"}
+    assert condition(reply, "ReplicasRouted")["reason"] == "SynchronousReplicasRouted"
+
+
+def test_quorum_reads_on_patroni_3_say_it_has_no_quorum_commit(
+    hook: FlaskClient, serve: Callable[[Sequence[dict[str, Any]]], FakeCluster]
+) -> None:
+    """Even if PostgreSQL reports ``quorum`` (a hand-written ``ANY`` list), Patroni 3 has no
+    quorum commit: the reason names the leader's version, the fallback applies."""
+    bodies = with_sync_states("3.2.2", {"pg-orders-0": "quorum", "pg-orders-2": "quorum"})
+    reply = sync(hook, serve(bodies), consistency="quorum", whenNoReplica="Empty")
+    assert reply["status"]["replicaEndpoints"] == []
+    routed = condition(reply, "ReplicasRouted")
+    assert (routed["status"], routed["reason"]) == ("False", "QuorumNotSupported")
+    assert routed["message"].startswith(
+        "Leader pg-orders-1 runs Patroni 3.2.2: quorum commit (synchronous_mode: quorum) "
+        "needs Patroni 4.0 or later"
+    )
+    assert routed["message"].endswith("the read-only endpoints are empty (whenNoReplica: Empty)")
+    assert primary_selects(reply) == LEADER
+
+
+def test_quorum_reads_on_patroni_4_list_the_quorum_standbys(
+    hook: FlaskClient, serve: Callable[[Sequence[dict[str, Any]]], FakeCluster]
+) -> None:
+    bodies = with_sync_states("4.1.4", {"pg-orders-0": "quorum", "pg-orders-2": "quorum"})
+    reply = sync(hook, serve(bodies), consistency="quorum")
+    assert reply["status"]["replicaEndpoints"] == ["pg-orders-0", "pg-orders-2"]
+    assert condition(reply, "ReplicasRouted")["reason"] == "QuorumReplicasRouted"

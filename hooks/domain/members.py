@@ -54,6 +54,25 @@ class ProbeTarget:
 
 
 @dataclass(frozen=True, slots=True)
+class WalSender:
+    """One entry of a member's ``replication`` list: a row of its ``pg_stat_replication``.
+
+    Patroni 3.0 to 4.1 send the same entry from ``get_postgresql_status`` in
+    ``patroni/api.py`` (``usename``, ``application_name``, ``client_addr``, ``state``,
+    ``sync_state``, ``sync_priority``), on every health path. Patroni names a replica's
+    connection after the member (``application_name``) and matches rows to members by that
+    name, case-insensitively (``patroni/postgresql/sync.py``); ``client_addr`` is not kept,
+    since a replica may connect through an address that is not its Pod IP.
+    """
+
+    application_name: str
+    #: ``pg_stat_replication.state``: ``streaming``, ``catchup``, ``startup``, ``backup``, ...
+    state: str | None
+    #: ``pg_stat_replication.sync_state``: ``sync``, ``potential``, ``quorum`` or ``async``.
+    sync_state: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class MemberStatus:
     """One member's answer, reduced to what routing and status need.
 
@@ -88,6 +107,8 @@ class MemberStatus:
     noloadbalance: bool = False
     #: False for an answer that is not Patroni's JSON (and for no answer at all).
     patroni_answer: bool = True
+    #: ``replication``: the member's walsenders (the leader's standbys), in Patroni's order.
+    walsenders: tuple[WalSender, ...] = ()
 
     @property
     def reachable(self) -> bool:
@@ -178,6 +199,7 @@ class MemberStatus:
             "patroni_scope": _str(patroni_info.get("scope")),
             "patroni_version": _version(patroni_info.get("version")),
             "noloadbalance": isinstance(tags, Mapping) and bool(tags.get("noloadbalance")),
+            "walsenders": _walsenders(body.get("replication")),
         }
         if http_status == 200:
             if state == "running" and role in leader_roles:
@@ -246,6 +268,22 @@ def _version(value: object) -> tuple[int, ...] | None:
         if digits != part:
             break
     return tuple(parts) if parts else None
+
+
+def _walsenders(value: object) -> tuple[WalSender, ...]:
+    """The ``replication`` list; entries without a string ``application_name`` are skipped
+    (no member can be matched to them). The body cap (64 KiB) bounds their number."""
+    if not isinstance(value, list):
+        return ()
+    found = []
+    for entry in value:
+        if not isinstance(entry, Mapping):
+            continue
+        name = _str(entry.get("application_name"), MAX_NAME_CHARS)
+        if name is None:
+            continue
+        found.append(WalSender(name, _str(entry.get("state")), _str(entry.get("sync_state"))))
+    return tuple(found)
 
 
 def _positions(body: Mapping[str, Any]) -> tuple[int | None, int | None, bool]:

@@ -109,6 +109,10 @@ class ServicePort:
 
 #: What the read-only endpoints list when no replica qualifies (see hooks/parts/readonly.py).
 WHEN_NO_REPLICA = ("KeepEndpoints", "UseLeader", "Empty")
+#: Which replicas the read-only endpoints may list (see hooks/parts/read_levels.py): ``lag``
+#: (within ``maxLagBytes``), ``synchronous`` (also a ``sync`` standby of the leader),
+#: ``quorum`` (also a ``quorum`` standby: Patroni >= 4.0, ``synchronous_mode: quorum``).
+CONSISTENCY_LEVELS = ("lag", "synchronous", "quorum")
 DEFAULT_MAX_LAG_BYTES = 16 * 1024 * 1024
 
 
@@ -121,6 +125,8 @@ class ReplicaServiceSpec:
     when_no_replica: str = "KeepEndpoints"
     #: List replicas whose WAL replay is paused (``xlog.paused``); off: they serve old data.
     include_paused_replicas: bool = False
+    #: One of :data:`CONSISTENCY_LEVELS`; ``lag`` is the behaviour before the field existed.
+    consistency: str = "lag"
     service_type: str = "ClusterIP"
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)

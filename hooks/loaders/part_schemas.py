@@ -24,6 +24,7 @@ from marshmallow import (
 )
 
 from hooks.domain.model import (
+    CONSISTENCY_LEVELS,
     MAX_POLL_SECONDS,
     MIN_POLL_SECONDS,
     QUANTITY,
@@ -66,6 +67,14 @@ class ReplicaServiceSchema(Schema):
     includePausedReplicas = StrictBoolean(
         load_default=field_default(ReplicaServiceSpec, "include_paused_replicas")
     )
+    consistency = fields.String(
+        load_default=field_default(ReplicaServiceSpec, "consistency"),
+        validate=validate.OneOf(
+            CONSISTENCY_LEVELS,
+            error="must be one of: {choices} (lag: replay within maxLagBytes; synchronous: "
+            "also a sync standby of the leader; quorum: also a quorum standby, Patroni >= 4.0)",
+        ),
+    )
     type = fields.String(
         load_default=field_default(ReplicaServiceSpec, "service_type"),
         validate=validate.OneOf(SERVICE_TYPES),
@@ -85,6 +94,7 @@ class ReplicaServiceSchema(Schema):
             max_lag_bytes=data["maxLagBytes"],
             when_no_replica=data["whenNoReplica"],
             include_paused_replicas=data["includePausedReplicas"],
+            consistency=data["consistency"],
             service_type=data["type"],
             labels=dict(data["labels"]),
             annotations=dict(data["annotations"]),

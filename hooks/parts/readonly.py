@@ -54,7 +54,14 @@ read-only object is kept exactly as it is, and none is created. Outside finalize
 is ever dropped: after ``spec.replicaService`` is removed the objects are kept as they are
 (frozen); after a rename the old Service and its slices keep following the replicas.
 
-**Stable status:** names, reasons and the limit only; never a lag in bytes, which moves on
+**Consistency level** (``consistency``, :mod:`hooks.parts.read_levels`): ``lag`` is all of
+the above; ``synchronous`` and ``quorum`` also require the leader's ``replication`` answer
+to list the member's walsender as ``sync`` or ``quorum``. A member below the level counts
+like a lagging one (``KeepEndpoints`` may keep it). With a level other than ``lag`` the
+status (``replicaLevels``) and the condition name each replica's level as the leader
+reports it; with ``lag`` both stay exactly as they were before the field existed.
+
+**Stable status:** names, reasons, levels and the limit only; never a lag in bytes, which moves on
 every sync and would make Metacontroller write the status again and again.
 """
 
@@ -69,6 +76,7 @@ from hooks.domain.model import ENDPOINTSLICE_KEY, POD_NAME_LABEL, ClusterSpec, C
 from hooks.domain.observed import IP, Pod
 from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
 from hooks.parts.primary import foreign_service, primary_services
+from hooks.parts.read_levels import Unserved, describe, level_problem, levels, unserved
 from hooks.parts.readonly_objects import (
     desired_objects,
     listed_now,
@@ -89,6 +97,32 @@ class ReadOnlyReason(enum.Enum):
     NOT_DECLARED = "EndpointSlicesNotDeclared"
     REMOVED = "ReplicaServiceRemoved"
     NOT_OWNED = "ServiceNotOwned"
+    ROUTED_SYNCHRONOUS = "SynchronousReplicasRouted"
+    ROUTED_QUORUM = "QuorumReplicasRouted"
+    NO_SYNCHRONOUS = "NoSynchronousReplica"
+    NO_QUORUM = "NoQuorumReplica"
+    NO_SYNCHRONOUS_STANDBY = "NoSynchronousStandby"
+    NO_QUORUM_STANDBY = "NoQuorumStandby"
+    QUORUM_NOT_SUPPORTED = "QuorumNotSupported"
+
+
+#: ``consistency`` → (reason when routed, reason when no replica qualifies, the listed
+#: replicas' adjective in the message).
+_LEVEL_REASONS = {
+    "lag": (ReadOnlyReason.ROUTED, ReadOnlyReason.NO_REPLICA, ""),
+    "synchronous": (
+        ReadOnlyReason.ROUTED_SYNCHRONOUS,
+        ReadOnlyReason.NO_SYNCHRONOUS,
+        "synchronous ",
+    ),
+    "quorum": (ReadOnlyReason.ROUTED_QUORUM, ReadOnlyReason.NO_QUORUM, "quorum "),
+}
+#: (``consistency``, why it is not served) → the reason.
+_UNSERVED_REASONS = {
+    ("synchronous", Unserved.NO_STANDBY): ReadOnlyReason.NO_SYNCHRONOUS_STANDBY,
+    ("quorum", Unserved.NO_STANDBY): ReadOnlyReason.NO_QUORUM_STANDBY,
+    ("quorum", Unserved.VERSION): ReadOnlyReason.QUORUM_NOT_SUPPORTED,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,19 +276,33 @@ def plan(context: PartContext) -> PartPlan:
     )
     left_out = [f"{n} ({v.reason})" for n, v in verdicts.items() if n != leader and not v.listed]
     limit = format_bytes(rs.max_lag_bytes)
+    routed, not_routed, adjective = _LEVEL_REASONS[rs.consistency]
+    problem = unserved(rs.consistency, leader_status)
     if chosen:
-        message = f"{len(chosen)} replica(s) within {limit} of leader {leader}: {', '.join(chosen)}"
-        status, reason = "True", ReadOnlyReason.ROUTED
+        message = (
+            f"{len(chosen)} {adjective}replica(s) within {limit} of leader {leader}: "
+            f"{', '.join(chosen)}"
+        )
+        status, reason = "True", routed
+    elif problem is not None:
+        message = problem[1]
+        status, reason = "False", _UNSERVED_REASONS[(rs.consistency, problem[0])]
     else:
-        message = f"No replica streams within {limit} of leader {leader}"
-        status, reason = "False", ReadOnlyReason.NO_REPLICA
+        message = f"No {adjective}replica streams within {limit} of leader {leader}"
+        status, reason = "False", not_routed
+    found = None
+    if rs.consistency != "lag":
+        found = levels(leader_status, list(pods))
+        message += f"; levels (sync_state on {leader}): {describe(found)}"
     if held:
         message += f"; kept while Patroni does not answer: {', '.join(held)}"
     if left_out:
         message += f"; left out: {', '.join(left_out)}"
     if fallback:
         message += f"; {fallback}"
-    return PartPlan(children, _status(rs.name, selected), _condition(status, reason, message))
+    return PartPlan(
+        children, _status(rs.name, selected, found), _condition(status, reason, message)
+    )
 
 
 PART = Part(
@@ -323,6 +371,9 @@ def classify(
         return _Verdict(False, "no replayed WAL position", True)
     if member.replay_paused and not rs.include_paused_replicas:
         return _Verdict(False, "replay paused")
+    below = level_problem(rs.consistency, leader, name)
+    if below is not None:
+        return _Verdict(False, below, True)
     if leader_position - member.wal_position > rs.max_lag_bytes:
         return _Verdict(False, f"replay lags more than {format_bytes(rs.max_lag_bytes)}", True)
     return _Verdict(True)
@@ -336,8 +387,13 @@ def format_bytes(value: int) -> str:
     return f"{value} bytes"
 
 
-def _status(service: str, endpoints: list[str]) -> dict[str, Any]:
-    return {"replicaService": service, "replicaEndpoints": endpoints}
+def _status(
+    service: str, endpoints: list[str], found: dict[str, str] | None = None
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"replicaService": service, "replicaEndpoints": endpoints}
+    if found is not None:
+        status["replicaLevels"] = found
+    return status
 
 
 def _condition(status: str, reason: ReadOnlyReason, message: str) -> Condition:
