@@ -1,7 +1,8 @@
 """The routing decision: which member, if any, the primary Service may select.
 
 The rule (see :func:`choose_leader`): route only to the one member Patroni itself
-reports as the running leader, whose Pod is selectable and not terminating, and only
+reports as the running leader, whose Pod is selectable, not terminating and not marked by
+Patroni as still being built (``spec.patroni.bootstrapLabels``), and only
 while no other Pod carries its ``statefulset.kubernetes.io/pod-name`` value (the
 Service's selector must match exactly one Pod). Anything
 else is a :class:`Decision` that keeps the observed selector, with the reason.
@@ -27,6 +28,9 @@ class Decision(enum.Enum):
     NO_MEMBERS = "NoMembers"
     NO_LEADER = "NoLeader"
     LEADER_NOT_READY = "LeaderNotReady"
+    #: The lock holder is still being built: Patroni reports an initialising state, or its
+    #: Pod carries ``spec.patroni.bootstrapLabels`` (Patroni 4.1's ``bootstrap_labels``).
+    LEADER_INITIALIZING = "LeaderInitializing"
     MULTIPLE_LEADERS = "MultipleLeaders"
     LEADER_TERMINATING = "LeaderTerminating"
     LEADER_NOT_SELECTABLE = "LeaderPodNotSelectable"
@@ -103,6 +107,12 @@ def choose_leader(
             f"{_unreachable_phrase(members)})",
         )
     claimant = claimants[0]
+    if claimant.initialising:
+        return Route(
+            Decision.LEADER_INITIALIZING,
+            why=f"{claimant.name} holds the leader lock but Patroni reports it initializing "
+            f"(state {claimant.state})",
+        )
     if not claimant.is_leader:
         return Route(
             Decision.LEADER_NOT_READY,
@@ -120,6 +130,14 @@ def choose_leader(
             why=f"Pod {claimant.name}'s IP answers as Patroni member {claimant.patroni_name!r}",
         )
     pod = pods[claimant.name]
+    if spec.bootstrap_labelled(pod.labels):
+        # Patroni labels the Pod so while the member is built, and removes the labels in
+        # its next HA loop once it runs: a leader that still carries them waits that loop.
+        return Route(
+            Decision.LEADER_INITIALIZING,
+            why=f"Leader {claimant.name}'s Pod carries Patroni's bootstrap labels "
+            f"({spec.bootstrap_labels_text()}): it is still being built",
+        )
     if pod.terminating:
         return Route(
             Decision.LEADER_TERMINATING,
