@@ -3,12 +3,12 @@
 Test design: the bodies in ``tests/fixtures/patroni/`` are Patroni 3.0.3, 3.1.2, 3.2.2,
 3.3.10, 4.0.10 and 4.1.4's answers, written from ``patroni/api.py`` at those tags (see the
 README there). Three loopback fake members (127.0.0.10-12) answer them byte for byte, with
-Patroni's status codes (200 for the lock holder, 503 for the others); the sync goes through ``create_app`` with the real
-prober, as in ``test_app_faults``. What each release lacks must show in the status,
-never silently: before 3.0.4 no ``replication_state`` (the read-only Service lists none of
-those replicas and says why), before 3.2.0 no ``patroni.name`` (``MemberNameGuard`` is
-``Unavailable``). Patroni's own read-traffic rules, ``noloadbalance`` and paused replay, are
-checked on the newest shape.
+Patroni's status codes (200 for the lock holder, 503 for the others); the sync goes through
+``create_app`` with the real prober, as in ``test_app_faults``. What each release lacks must
+show in the status, never silently: before 3.0.4 no ``replication_state`` (the read-only
+Service lists none of those replicas and says why), before 3.2.0 no ``patroni.name``
+(``MemberNameGuard`` is ``Unavailable``). Patroni's own read-traffic rules,
+``noloadbalance`` and paused replay, are checked on the newest shape.
 """
 
 from __future__ import annotations
