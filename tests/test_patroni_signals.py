@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from hooks.core.routing import Decision, choose_leader
+from hooks.core.routing import Decision, bootstrap_labelled, choose_leader
 from hooks.domain.members import INITIALISING_STATES, MemberStatus
 from hooks.domain.model import LEADER_PATHS, POD_NAME_LABEL
 from hooks.domain.observed import Pod
@@ -156,12 +156,12 @@ def test_without_bootstrap_labels_in_the_spec_no_pod_label_keeps_the_leader_out(
 
 def test_bootstrap_labelled_needs_every_label_with_its_value() -> None:
     spec = spec_with()
-    assert spec.bootstrap_labelled(BOOTSTRAP)
-    assert spec.bootstrap_labelled({**BOOTSTRAP, "other": "x"})
-    assert not spec.bootstrap_labelled({"pgfh.example/bootstrapping": "true"})
-    assert not spec.bootstrap_labelled({**BOOTSTRAP, "team": "web"})
-    assert not spec.bootstrap_labelled({})
-    assert not spec_with(None).bootstrap_labelled(BOOTSTRAP)
+    assert bootstrap_labelled(spec, BOOTSTRAP)
+    assert bootstrap_labelled(spec, {**BOOTSTRAP, "other": "x"})
+    assert not bootstrap_labelled(spec, {"pgfh.example/bootstrapping": "true"})
+    assert not bootstrap_labelled(spec, {**BOOTSTRAP, "team": "web"})
+    assert not bootstrap_labelled(spec, {})
+    assert not bootstrap_labelled(spec_with(None), BOOTSTRAP)
 
 
 # ------------------------------------------------------------------- reads: exhaustive

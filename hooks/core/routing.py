@@ -130,13 +130,13 @@ def choose_leader(
             why=f"Pod {claimant.name}'s IP answers as Patroni member {claimant.patroni_name!r}",
         )
     pod = pods[claimant.name]
-    if spec.bootstrap_labelled(pod.labels):
+    if bootstrap_labelled(spec, pod.labels):
         # Patroni labels the Pod so while the member is built, and removes the labels in
         # its next HA loop once it runs: a leader that still carries them waits that loop.
         return Route(
             Decision.LEADER_INITIALIZING,
             why=f"Leader {claimant.name}'s Pod carries Patroni's bootstrap labels "
-            f"({spec.bootstrap_labels_text()}): it is still being built",
+            f"({bootstrap_labels_text(spec)}): it is still being built",
         )
     if pod.terminating:
         return Route(
@@ -169,6 +169,22 @@ def choose_leader(
             f"{'them' if len(impostors) > 1 else 'it'} too, so it is not moved",
         )
     return Route(Decision.ROUTED, claimant.name, timeline=claimant.timeline)
+
+
+def bootstrap_labelled(spec: ClusterSpec, labels: Mapping[str, str]) -> bool:
+    """Whether a Pod's ``labels`` carry every one of ``spec.patroni.bootstrapLabels``.
+
+    Patroni sets them together and removes them together (``touch_member``,
+    ``patroni/dcs/kubernetes.py`` at v4.1.4, lines 1382-1387), so all of them, not any, is
+    its signal: one of them alone may be a label the Pods always carry.
+    """
+    wanted = spec.bootstrap_labels
+    return bool(wanted) and all(labels.get(k) == v for k, v in wanted.items())
+
+
+def bootstrap_labels_text(spec: ClusterSpec) -> str:
+    """``a=b,c=d``: the bootstrap labels for a message (sorted, so it is stable)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(spec.bootstrap_labels.items()))
 
 
 #: Pods named in a message at most (the rest are counted): the status stays small.

@@ -203,20 +203,6 @@ class ClusterSpec:
         """The roles a leader reports on this spec's health-check path."""
         return LEADER_PATHS[self.health_check_path]
 
-    def bootstrap_labelled(self, labels: Mapping[str, str]) -> bool:
-        """Whether a Pod's ``labels`` carry every one of :attr:`bootstrap_labels`.
-
-        Patroni sets them together and removes them together (``touch_member``,
-        ``patroni/dcs/kubernetes.py`` at v4.1.4, lines 1382-1387), so all of them, not
-        any, is its signal: one of them alone may be a label the Pods always carry.
-        """
-        wanted = self.bootstrap_labels
-        return bool(wanted) and all(labels.get(k) == v for k, v in wanted.items())
-
-    def bootstrap_labels_text(self) -> str:
-        """``a=b,c=d``: the bootstrap labels for a message (sorted, so it is stable)."""
-        return ",".join(f"{k}={v}" for k, v in sorted(self.bootstrap_labels.items()))
-
 
 @dataclass(frozen=True, slots=True)
 class SpecProblem:

@@ -66,6 +66,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from hooks.core.routing import bootstrap_labelled, bootstrap_labels_text
 from hooks.domain.members import REPLICATION_STATE_SINCE, MemberStatus
 from hooks.domain.model import ENDPOINTSLICE_KEY, POD_NAME_LABEL, ClusterSpec, Condition
 from hooks.domain.observed import IP, Pod
@@ -294,10 +295,10 @@ def classify(
         return _Verdict(False, f"{POD_NAME_LABEL} label is not its name")
     if ip is None:
         return _Verdict(False, "no pod IP")
-    if spec.bootstrap_labelled(pod.labels):
+    if bootstrap_labelled(spec, pod.labels):
         # Patroni's own mark (kubernetes.bootstrap_labels): never listed, and never kept
         # in doubt when it does not answer (a replica being re-created is often silent).
-        return _Verdict(False, f"initializing (bootstrap labels {spec.bootstrap_labels_text()})")
+        return _Verdict(False, f"initializing (bootstrap labels {bootstrap_labels_text(spec)})")
     if not member.reachable:
         if pod.not_ready:
             return _Verdict(False, "unreachable, Pod not ready")
