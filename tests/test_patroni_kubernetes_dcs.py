@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +33,7 @@ from devcluster.kubernetes_dcs import (
     grant_patroni_rights,
 )
 from devcluster.layout import ETCD_CLIENT_PORT
+from hooks.core.routing import choose_leader
 from hooks.core.switchover import Detection, DetectionReason, detect
 from hooks.domain.members import MemberStatus
 from hooks.loaders.schemas import load_spec
@@ -359,3 +362,67 @@ def test_a_planned_switchover_moves_the_labels(k8s_cluster: K8sCluster) -> None:
         "the hook's detection to agree again after the switchover",
     )
     assert verdict.reason is DetectionReason.ROLE_LABELS_AGREE
+
+
+#: Seconds the API server (the DCS here) answers nothing: more than twice the TTL (20 s).
+FAILSAFE_OUTAGE = 45.0
+
+
+def test_failsafe_keeps_the_leader_routed_while_the_api_server_is_down(
+    k8s_cluster: K8sCluster, control_plane: ControlPlane
+) -> None:
+    """Issue 32: Patroni's ``failsafe_mode`` on its Kubernetes DCS, the DCS (kube-apiserver)
+    SIGSTOPped for ``FAILSAFE_OUTAGE`` s. Every 0.5 s the members' real answers go through
+    the hook's routing decision with the member Pods as read before the outage: it must
+    route to the same leader every time (not fail closed, no flapping), and Patroni must
+    report failsafe active on the leader (else this proves nothing)."""
+    cluster = k8s_cluster.cluster
+    leader = cluster.wait_healthy(timeout=60)
+    spec, problems = load_spec(
+        {"primarySelector": k8s_cluster.dcs.selector(SCOPE), "serviceRef": {"name": "pg-w"}}
+    )
+    assert spec is not None, problems
+    pods = loaded_pods(k8s_cluster.pods())
+    server = control_plane.apiserver
+    decisions: list[tuple[float, str, str | None, bool]] = []
+    with cluster.failsafe_mode():
+        timer = threading.Timer(FAILSAFE_OUTAGE + 30, server.resume)
+        timer.daemon = True
+        started = time.monotonic()
+        server.pause()
+        timer.start()
+        try:
+            while time.monotonic() - started < FAILSAFE_OUTAGE:
+                members = k8s_cluster.members()
+                route = choose_leader(pods, members, spec)
+                failsafe = any(m.failsafe_active for m in members if m.name == leader)
+                decisions.append(
+                    (
+                        round(time.monotonic() - started, 1),
+                        route.decision.value,
+                        route.leader,
+                        failsafe,
+                    )
+                )
+                time.sleep(0.5)
+        finally:
+            timer.cancel()
+            server.resume()
+        wait_for(lambda: control_plane_ready(k8s_cluster), 60, "the API server back")
+    outcomes = Counter((d, who) for _, d, who, _ in decisions)
+    active = [at for at, _, _, failsafe in decisions if failsafe]
+    print(
+        f"\nfailsafe (Kubernetes DCS): API server paused {FAILSAFE_OUTAGE:.0f} s; "
+        f"{len(decisions)} decisions: {dict(outcomes)}; failsafe_mode_is_active on {leader} "
+        f"from {active[0] if active else None} s ({len(active)} samples)"
+    )
+    assert active, decisions
+    assert set(outcomes) == {("LeaderFound", leader)}, decisions
+
+
+def control_plane_ready(k8s: K8sCluster) -> bool:
+    try:
+        k8s.admin.get("/readyz")
+    except (KubeApiError, OSError):
+        return False
+    return True
