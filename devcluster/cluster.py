@@ -796,16 +796,24 @@ class PatroniCluster:
         does a DCS outage keep it primary (``Ha.check_failsafe_topology``). Off: ``null``
         removes the setting (Patroni's default, off).
         """
-        leader = self.leader()
-        if leader is None:
-            raise ClusterError("no leader to configure failsafe_mode on")
-        target = self.member(leader)
-        rest.patch_config(target, {"failsafe_mode": True if enabled else None})
+        patch = {"failsafe_mode": True if enabled else None}
+        poll_until(
+            lambda: any(rest.patch_config(m, patch) for m in self.members if m.running),
+            timeout,
+            what=f"a member to accept PATCH /config {patch}",
+            details=self._statuses_text,
+        )
         if not enabled:
             return
         wanted = {m.name for m in self.members if m.running}
+
+        def written() -> bool:
+            leader = self.leader()
+            listed = rest.failsafe_members(self.member(leader)) if leader else None
+            return wanted <= set(listed or {})
+
         poll_until(
-            lambda: wanted <= set(rest.failsafe_members(target) or {}),
+            written,
             timeout,
             what=f"the /failsafe key to list {sorted(wanted)}",
             details=self._statuses_text,

@@ -104,8 +104,10 @@ def test_in_failsafe_mode_the_services_stay_on_the_primary_through_a_dcs_outage(
     assert leader is not None
     replicas = tuple(sorted(n for n in cluster.names() if n != leader))
     with cluster.failsafe_mode():
-        samples, inside, _ = outage(rig, OUTAGE)
+        samples, inside, stopped = outage(rig, OUTAGE)
         routed = rig.status()
+    time.sleep(5)  # and past the DCS's return: Patroni takes its key again, nothing moves
+    through = [r for r in rig.records if r.started >= stopped]
     # Patroni itself held the leader by failsafe (else this test would prove nothing).
     active = [s for s in samples if s.failsafe]
     assert active, f"Patroni never reported failsafe_mode_is_active: {samples}"
@@ -120,6 +122,8 @@ def test_in_failsafe_mode_the_services_stay_on_the_primary_through_a_dcs_outage(
     )
     assert len(inside) >= 10, f"too few syncs inside the outage to judge: {len(inside)}"
     assert set(outcomes) == {((leader,), "LeaderFound", replicas)}, outcomes
+    after = Counter((r.selected, r.reason, r.read_only) for r in through)
+    assert set(after) == {((leader,), "LeaderFound", replicas)}, after
     ready = next(c for c in routed["conditions"] if c["type"] == "PrimaryRouted")
     assert "Patroni failsafe mode is active" in ready["message"], ready
 
@@ -131,9 +135,11 @@ def test_without_failsafe_the_leader_demotes_and_the_service_is_kept_not_moved(
     its key; no member answers 200, so the hook keeps the Service where it is and says
     why (Rule 2): the failsafe test's assertions fail here."""
     cluster = rig.cluster
+    cluster.set_failsafe_mode(False)  # Patroni's default, whatever ran before
     leader = cluster.leader()
     assert leader is not None
     samples, inside, _ = outage(rig, CONTROL_OUTAGE)
+    assert not any(s.failsafe for s in samples), samples
     demoted = [s for s in samples if s.status != 200]
     assert demoted, f"the leader never stopped answering 200 without failsafe: {samples}"
     outcomes = Counter((r.selected, r.reason) for r in inside)
