@@ -1,8 +1,8 @@
 """Patroni 4.1's own signals, as pure decisions (issue 32, item 3).
 
 Test design: plain values only. Every ``state`` Patroni 3.0 to 4.1 can report
-(``PostgresqlState`` in ``patroni/postgresql/misc.py`` at v4.1.4, lines 20-34, plus 3.0.0's
-``initalizing`` spelling) is crossed with every role, both status codes and a Pod with or
+(``PostgresqlState`` in ``patroni/postgresql/misc.py`` at v4.1.4, lines 20-34, plus the
+``initalizing`` spelling of 3.0.0 and 3.0.1) is crossed with every role, both status codes and a Pod with or
 without ``spec.patroni.bootstrapLabels``, through the routing decision
 (:func:`hooks.core.routing.choose_leader`) and the read-only classification
 (:func:`hooks.parts.readonly.classify`); the expected outcome is computed independently from
@@ -41,7 +41,7 @@ from tests.patroni_wire import patroni_body
 
 BOOTSTRAP = {"pgfh.example/bootstrapping": "true", "team": "db"}
 #: Every state string of Patroni 3.0.0 to 4.1.4 (patroni/postgresql/misc.py at v4.1.4,
-#: lines 20-34; "initalizing new cluster" is 3.0.0's spelling, bootstrap.py line 62).
+#: lines 20-34; "initalizing new cluster" is how 3.0.0 and 3.0.1 spell it, bootstrap.py:62).
 PATRONI_STATES = (
     "initializing new cluster",
     "initalizing new cluster",
@@ -97,7 +97,7 @@ def status(name: str, code: int, role: str, state: str) -> MemberStatus:
 
 
 def test_the_initialising_states_are_exactly_patronis_bootstrap_label_states() -> None:
-    # Plus 3.0.0's misspelling of the first: the same phase, as 3.0.0 reports it.
+    # Plus the first one as 3.0.0 and 3.0.1 spell it: the same phase.
     assert {*BOOTSTRAP_STATES, "initalizing new cluster"} == INITIALISING_STATES
     assert set(INITIALISING_STATES) <= set(PATRONI_STATES)
 

@@ -28,8 +28,9 @@ LEADER_ROLES = frozenset({"primary", "standby_leader"})
 #: which Patroni 4.1 puts ``kubernetes.bootstrap_labels`` on the member's Pod
 #: (``touch_member``, ``patroni/dcs/kubernetes.py`` at v4.1.4, lines 1382-1387: ``INITDB``,
 #: ``CUSTOM_BOOTSTRAP``, ``BOOTSTRAP_STARTING``, ``CREATING_REPLICA``; their strings in
-#: ``patroni/postgresql/misc.py`` at v4.1.4, lines 20-27). Patroni 3.0.0 to 3.0.2 spelled the
-#: first ``initalizing new cluster`` (``patroni/postgresql/bootstrap.py`` at v3.0.0, line 62);
+#: ``patroni/postgresql/misc.py`` at v4.1.4, lines 20-27). Patroni 3.0.0 and 3.0.1 spelled
+#: the first ``initalizing new cluster`` (``patroni/postgresql/bootstrap.py``, line 62 at
+#: both tags);
 #: ``starting after custom bootstrap`` exists since 4.1.0 (before, that phase said
 #: ``starting``, which is not running either). The REST answer carries the state on every
 #: health path (``get_postgresql_status`` falls back to ``{state, role}`` while PostgreSQL
