@@ -2,16 +2,15 @@
 
 Test design: plain values only. Every ``state`` Patroni 3.0 to 4.1 can report
 (``PostgresqlState`` in ``patroni/postgresql/misc.py`` at v4.1.4, lines 20-34, plus the
-``initalizing`` spelling of 3.0.0 and 3.0.1) is crossed with every role, both status codes and a Pod with or
-without ``spec.patroni.bootstrapLabels``, through the routing decision
+``initalizing`` spelling of 3.0.0 and 3.0.1) is crossed with every role, both status codes
+and a Pod with or without ``spec.patroni.bootstrapLabels``, through the routing decision
 (:func:`hooks.core.routing.choose_leader`) and the read-only classification
 (:func:`hooks.parts.readonly.classify`); the expected outcome is computed independently from
 the rule (route only to 200 + running + leader role + no bootstrap labels; list only a
 running replica without them). Then whole syncs (``reconcile``) for what the status says,
 and failsafe mode: the leader's answer with ``failsafe_mode_is_active`` and
 ``cluster_unlocked`` (what Patroni sends while the DCS is down, ``get_postgresql_status`` in
-``patroni/api.py`` at v4.1.4, lines 1444-1448) routes as always and says so.
-"""
+``patroni/api.py`` at v4.1.4, lines 1444-1448) routes as always and says so. """
 
 from __future__ import annotations
 
