@@ -10,7 +10,8 @@ the rule (route only to 200 + running + leader role + no bootstrap labels; list 
 running replica without them). Then whole syncs (``reconcile``) for what the status says,
 and failsafe mode: the leader's answer with ``failsafe_mode_is_active`` and
 ``cluster_unlocked`` (what Patroni sends while the DCS is down, ``get_postgresql_status`` in
-``patroni/api.py`` at v4.1.4, lines 1444-1448) routes as always and says so. """
+``patroni/api.py`` at v4.1.4, lines 1444-1448) routes as always and says so.
+"""
 
 from __future__ import annotations
 
