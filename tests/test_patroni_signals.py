@@ -346,3 +346,35 @@ def test_out_of_failsafe_the_message_says_nothing_of_it() -> None:
     _, outcome = run(body, cluster_answers(P1))
     assert outcome.decision is Decision.ROUTED
     assert "failsafe" not in condition(outcome, "PrimaryRouted")["message"]
+
+
+def test_when_failsafe_keeps_a_primary_that_answers_503_the_service_is_kept_and_said_why() -> None:
+    """Patroni 4.1.5 on its Kubernetes DCS, API server down: the failsafe leader runs as
+    primary but answers 503 on /primary (measured: tests/test_patroni_kubernetes_dcs.py)."""
+    from tests.helpers import make_service
+
+    answers = failsafe_answers(P1)
+    body = patroni_body("primary", name=P1)
+    body["xlog"] = {"location": LEADER_AT}
+    body["failsafe_mode_is_active"] = True
+    answers[P1] = MemberStatus.from_api_response(P1, 503, body)
+    request = request_body(
+        spec=rs_spec(), services=[make_service(pod=P1)], slices=[listed_slice([P0, P2])]
+    )
+    _, outcome = run(request, answers)
+
+    assert outcome.decision is Decision.NO_LEADER
+    (service,) = [s for n, s in children_of(outcome, "Service").items() if "primary" in n]
+    assert service["spec"]["selector"][POD_NAME_LABEL] == P1  # kept on the primary
+    message = condition(outcome, "Ready")["message"]
+    assert (
+        f"; Patroni failsafe mode is active and {P1} runs as primary (the DCS is unreachable)"
+        in message
+    )
+    (slice_,) = children_of(outcome, "EndpointSlice").values()
+    assert [e["targetRef"]["name"] for e in slice_["endpoints"]] == [P0, P2]  # kept too
+    # Without failsafe in the answer, nothing of it is said.
+    body.pop("failsafe_mode_is_active")
+    answers[P1] = MemberStatus.from_api_response(P1, 503, body)
+    _, outcome = run(request, answers)
+    assert "failsafe" not in condition(outcome, "Ready")["message"]

@@ -104,7 +104,7 @@ def choose_leader(
         return Route(
             Decision.NO_LEADER,
             why=f"No member answers 200 on {path} ({len(answered)} of {len(members)} answered"
-            f"{_unreachable_phrase(members)})",
+            f"{_unreachable_phrase(members)}){_failsafe_phrase(members)}",
         )
     claimant = claimants[0]
     if claimant.initialising:
@@ -203,6 +203,30 @@ def _unreachable_phrase(members: Sequence[MemberStatus]) -> str:
     foreign = [f"{m.name}: {m.reason}" for m in members if m.reachable and not m.patroni_answer]
     phrase = f"; unreachable: {'; '.join(lost)}" if lost else ""
     return phrase + (f"; not Patroni: {'; '.join(foreign)}" if foreign else "")
+
+
+def _failsafe_phrase(members: Sequence[MemberStatus]) -> str:
+    """Why no member answers 200 while Patroni's failsafe mode holds a primary.
+
+    Measured with Patroni 4.1.5 on its Kubernetes DCS (tests/test_patroni_kubernetes_dcs.py):
+    with the API server down, the leader keeps running as primary by failsafe, but answers
+    503 on its leader paths once its cached leader object is older than the TTL: every HA
+    cycle starts with ``load_cluster_from_dcs``, whose ``set_is_leader(False)`` undoes the
+    failsafe's ``set_is_leader(True)`` (the leader's own ``Failsafe`` holds no leader: only
+    members that received ``POST /failsafe`` do). The Service is kept where it is, as for
+    every other "no leader"; this says why.
+    """
+    running = sorted(
+        m.name
+        for m in members
+        if m.failsafe_active and m.role == "primary" and m.state == "running"
+    )
+    if not running:
+        return ""
+    return (
+        f"; Patroni failsafe mode is active and {', '.join(running[:_NAMED_PODS])} runs as "
+        "primary (the DCS is unreachable)"
+    )
 
 
 def _selector_text(spec: ClusterSpec) -> str:
