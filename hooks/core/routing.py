@@ -84,8 +84,10 @@ def choose_leader(
     leader key (``patroni/ha.py``, ``is_leader`` / ``set_is_leader``). A leader that lost
     the DCS stops answering 200 before the key can expire and another member can take
     it. So a single 200 is a lock holder, and a member the hook cannot reach adds no
-    doubt that Patroni has not already resolved. (The exception, Patroni's maintenance
-    ``pause`` with the DCS unreachable, is where Patroni itself trusts the running role.)
+    doubt that Patroni has not already resolved. (The exceptions: Patroni's maintenance
+    ``pause`` with the DCS unreachable, where Patroni itself trusts the running role, and
+    ``failsafe_mode``, where it keeps answering 200 only while every member acknowledges the
+    leader over ``POST /failsafe``, so none can be promoted meanwhile.)
     Two 200s at once (a stale or forged answer) keep the Service where it is.
     """
     path = spec.health_check_path
