@@ -797,6 +797,66 @@ class PatroniCluster:
         finally:
             self.set_maintenance_mode(False, timeout)
 
+    def set_failsafe_mode(self, enabled: bool, timeout: float = 30.0) -> None:
+        """Turn Patroni's ``failsafe_mode`` on (or off): ``PATCH /config``.
+
+        On: returns once the leader has written every running member to the DCS's
+        ``/failsafe`` key (``GET /failsafe``), which it does in its next HA loop; only then
+        does a DCS outage keep it primary (``Ha.check_failsafe_topology``). Off: ``null``
+        removes the setting (Patroni's default, off).
+        """
+        patch = {"failsafe_mode": True if enabled else None}
+        poll_until(
+            lambda: any(rest.patch_config(m, patch) for m in self.members if m.running),
+            timeout,
+            what=f"a member to accept PATCH /config {patch}",
+            details=self._statuses_text,
+        )
+        if not enabled:
+            return
+        wanted = {m.name for m in self.members if m.running}
+
+        def written() -> bool:
+            leader = self.leader()
+            listed = rest.failsafe_members(self.member(leader)) if leader else None
+            return wanted <= set(listed or {})
+
+        poll_until(
+            written,
+            timeout,
+            what=f"the /failsafe key to list {sorted(wanted)}",
+            details=self._statuses_text,
+        )
+
+    @contextlib.contextmanager
+    def failsafe_mode(self, timeout: float = 30.0) -> Iterator[None]:
+        """``with cluster.failsafe_mode():`` — failsafe on, off again on exit."""
+        self.set_failsafe_mode(True, timeout)
+        try:
+            yield
+        finally:
+            self.set_failsafe_mode(False, timeout)
+
+    @contextlib.contextmanager
+    def dcs_paused(self, limit: float = 120.0) -> Iterator[float]:
+        """etcd SIGSTOPped for the block: it answers nothing, as a DCS behind a partition
+        does (connections open, no reply). Resumed however the block ends, and by a timer
+        after ``limit`` s at the latest. Yields the monotonic time it was stopped."""
+        proc = self._etcd
+        if proc is None:
+            raise ClusterError("no etcd to pause (not started, or the Kubernetes DCS)")
+        timer = threading.Timer(limit, proc.signal, (signal.SIGCONT,))
+        timer.daemon = True
+        if not proc.signal(signal.SIGSTOP):
+            raise ClusterError(f"etcd is gone: {proc.describe()}")
+        stopped = time.monotonic()
+        timer.start()
+        try:
+            yield stopped
+        finally:
+            timer.cancel()
+            proc.signal(signal.SIGCONT)
+
     # ----------------------------------------------------------------- SQL
 
     def dsn(self, member_or_ip: str, dbname: str = "postgres") -> str:

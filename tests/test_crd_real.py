@@ -176,6 +176,12 @@ INVALID: list[tuple[str, Edit, str]] = [
     ("read-string", setting("patroni.readTimeoutSeconds", "1"), "spec.patroni.readTimeoutSeconds"),
     ("name-guard-number", setting("patroni.memberNameMustMatchPod", 1),
      "spec.patroni.memberNameMustMatchPod"),
+    ("bootstrap-labels-bad-key", setting("patroni.bootstrapLabels", {"bad key": "x"}),
+     "spec.patroni.bootstrapLabels"),
+    ("bootstrap-labels-bad-value", setting("patroni.bootstrapLabels", {"a": "b c"}),
+     "spec.patroni.bootstrapLabels.a"),
+    ("bootstrap-labels-long-value", setting("patroni.bootstrapLabels", {"a": "b" * 64}),
+     "spec.patroni.bootstrapLabels.a"),
     # spec.service
     ("service-external-name", setting("service.type", "ExternalName"), "spec.service.type"),
     ("no-ports", setting("service.ports", []), "spec.service.ports"),
@@ -348,9 +354,9 @@ def test_the_table_covers_each_rule_of_the_crd() -> None:
     crd = yaml.safe_load(CRD_FILE.read_text(encoding="utf-8"))
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     rules = sum(len(node.get("x-kubernetes-validations", [])) for node in _nodes(schema))
-    # 4 on spec, 5 string maps + 2 resource maps (keys), 2 quantities, tls, serverName, ports,
+    # 4 on spec, 6 string maps + 2 resource maps (keys), 2 quantities, tls, serverName, ports,
     # targetPort, roleLabel, roleLabel.key
-    assert rules == 19
+    assert rules == 20
     cel_fields = {
         "spec.serviceRef.name",
         "spec.replicaService.name",
@@ -362,6 +368,7 @@ def test_the_table_covers_each_rule_of_the_crd() -> None:
         "spec.backup.resources.requests",
         "spec.backup.resources.limits[cpu]",
         "spec.patroni.tls.serverName",
+        "spec.patroni.bootstrapLabels",
         "spec.service.ports",
         "spec.service.ports[0].targetPort",
         "spec.switchover.roleLabel.replicaValue",

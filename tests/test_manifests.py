@@ -297,6 +297,7 @@ def test_crd_fields_are_the_contract() -> None:
         "readTimeoutSeconds",
         "memberNameMustMatchPod",
         "tls",
+        "bootstrapLabels",
     }
     assert set(spec["properties"]["patroni"]["properties"]["tls"]["properties"]) == {"serverName"}
     service = spec["properties"]["service"]["properties"]

@@ -368,7 +368,13 @@ def test_unknown_is_unreachable_with_its_reason_and_nothing_else() -> None:
     )
     assert flags(member) == (UNREACHABLE, False, False, False)
     assert member.answered_as_patroni is False
-    flags_ = ("claims_leadership", "replay_paused", "noloadbalance", "patroni_answer")
+    flags_ = (
+        "claims_leadership",
+        "replay_paused",
+        "noloadbalance",
+        "patroni_answer",
+        "failsafe_active",
+    )
     assert all(
         getattr(member, f.name) is None
         for f in dataclasses.fields(member)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +32,7 @@ from devcluster.kubernetes_dcs import (
     grant_patroni_rights,
 )
 from devcluster.layout import ETCD_CLIENT_PORT
+from hooks.core.routing import choose_leader
 from hooks.core.switchover import Detection, DetectionReason, detect
 from hooks.domain.members import MemberStatus
 from hooks.loaders.schemas import load_spec
@@ -359,3 +361,91 @@ def test_a_planned_switchover_moves_the_labels(k8s_cluster: K8sCluster) -> None:
         "the hook's detection to agree again after the switchover",
     )
     assert verdict.reason is DetectionReason.ROLE_LABELS_AGREE
+
+
+#: Seconds the API server (the DCS here) answers nothing: more than twice the TTL (20 s).
+FAILSAFE_OUTAGE = 45.0
+
+
+def test_failsafe_keeps_the_leader_routed_while_the_api_server_is_down(
+    k8s_cluster: K8sCluster, control_plane: ControlPlane
+) -> None:
+    """Issue 32: Patroni's ``failsafe_mode`` on its Kubernetes DCS, the DCS (kube-apiserver)
+    SIGSTOPped for ``FAILSAFE_OUTAGE`` s. Every 0.5 s the members' real answers go through
+    the hook's routing decision with the member Pods as read before the outage. Whatever
+    Patroni does, the decision follows its answers (routed exactly while the leader answers
+    200 as a running primary) and never routes anywhere else (the Service cannot flap); the
+    timeline of Patroni's answers and the leader's log are printed (the measurement)."""
+    cluster = k8s_cluster.cluster
+    leader = cluster.wait_healthy(timeout=60)
+    spec, problems = load_spec(
+        {"primarySelector": k8s_cluster.dcs.selector(SCOPE), "serviceRef": {"name": "pg-w"}}
+    )
+    assert spec is not None, problems
+    pods = loaded_pods(k8s_cluster.pods())
+    server = control_plane.apiserver
+    log = cluster.member(leader).patroni_log
+    log_from = log.stat().st_size
+    samples: list[tuple[float, int | None, str | None, str | None, bool, str, str | None]] = []
+    whys: set[str] = set()
+    with cluster.failsafe_mode():
+        timer = threading.Timer(FAILSAFE_OUTAGE + 30, server.resume)
+        timer.daemon = True
+        started = time.monotonic()
+        server.pause()
+        timer.start()
+        try:
+            while time.monotonic() - started < FAILSAFE_OUTAGE:
+                members = k8s_cluster.members()
+                route = choose_leader(pods, members, spec)
+                (answer,) = [m for m in members if m.name == leader]
+                if answer.failsafe_active and not route.routed:
+                    _, mark, rest = route.why.partition("; Patroni failsafe")
+                    whys.add(mark + rest)  # "" if the status would not say it
+                samples.append(
+                    (
+                        round(time.monotonic() - started, 1),
+                        answer.http_status,
+                        answer.role,
+                        answer.state,
+                        answer.failsafe_active,
+                        route.decision.value,
+                        route.leader,
+                    )
+                )
+                time.sleep(0.5)
+        finally:
+            timer.cancel()
+            server.resume()
+        wait_for(lambda: control_plane_ready(k8s_cluster), 60, "the API server back")
+    with log.open(encoding="utf-8", errors="replace") as handle:
+        handle.seek(log_from)
+        lines = [ln.rstrip() for ln in handle if "no action" not in ln][:60]
+    timeline = [row for i, row in enumerate(samples) if i == 0 or row[1:] != samples[i - 1][1:]]
+    print(
+        f"\nfailsafe (Kubernetes DCS): API server paused {FAILSAFE_OUTAGE:.0f} s, "
+        f"{len(samples)} samples; (s, leader's HTTP, role, state, failsafe, decision, routed "
+        "to) at each change:\n  "
+        + "\n  ".join(map(str, timeline))
+        + f"\n{leader}'s Patroni log meanwhile:\n  "
+        + "\n  ".join(lines)
+    )
+    assert any(row[4] for row in samples), "Patroni never reported failsafe_mode_is_active"
+    # Measured with Patroni 4.1.5: the failsafe leader answers 503 once its cached leader
+    # object is older than the TTL; the status then says that failsafe keeps it primary.
+    assert whys <= {
+        f"; Patroni failsafe mode is active and {leader} runs as primary (the DCS is unreachable)"
+    }, whys
+    for at, status, role, state, _, decision, routed in samples:
+        if status == 200 and role == "primary" and state == "running":
+            assert (decision, routed) == ("LeaderFound", leader), at
+        else:
+            assert routed is None, at  # never routed elsewhere: the Service stays put
+
+
+def control_plane_ready(k8s: K8sCluster) -> bool:
+    try:
+        k8s.admin.get("/readyz")
+    except (KubeApiError, OSError):
+        return False
+    return True

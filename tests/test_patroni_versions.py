@@ -1,14 +1,14 @@
 """Each supported Patroni release's answer shape, through the real app (issue 10).
 
-Test design: the bodies in ``tests/fixtures/patroni/`` are Patroni 3.0.3, 3.2.2 and 4.1.4's
-answers, written from ``patroni/api.py`` at those tags (see the README there). Three loopback
-fake members (127.0.0.10-12) answer them byte for byte, with Patroni's status codes (200 for
-the lock holder, 503 for the others); the sync goes through ``create_app`` with the real
-prober, as in ``test_app_faults``. What each release lacks must show in the status,
-never silently: before 3.0.4 no ``replication_state`` (the read-only Service lists none of
-those replicas and says why), before 3.2.0 no ``patroni.name`` (``MemberNameGuard`` is
-``Unavailable``). Patroni's own read-traffic rules, ``noloadbalance`` and paused replay, are
-checked on the newest shape.
+Test design: the bodies in ``tests/fixtures/patroni/`` are Patroni 3.0.3, 3.1.2, 3.2.2,
+3.3.10, 4.0.10 and 4.1.4's answers, written from ``patroni/api.py`` at those tags (see the
+README there). Three loopback fake members (127.0.0.10-12) answer them byte for byte, with
+Patroni's status codes (200 for the lock holder, 503 for the others); the sync goes through
+``create_app`` with the real prober, as in ``test_app_faults``. What each release lacks must
+show in the status, never silently: before 3.0.4 no ``replication_state`` (the read-only
+Service lists none of those replicas and says why), before 3.2.0 no ``patroni.name``
+(``MemberNameGuard`` is ``Unavailable``). Patroni's own read-traffic rules,
+``noloadbalance`` and paused replay, are checked on the newest shape.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def primary_selects(reply: dict[str, Any]) -> str:
     return selected
 
 
-@pytest.mark.parametrize("version", ["3.0.3", "3.2.2", "4.1.4"])
+@pytest.mark.parametrize("version", ["3.0.3", "3.1.2", "3.2.2", "3.3.10", "4.0.10", "4.1.4"])
 @pytest.mark.parametrize("path", ["/primary", "/master"])
 def test_every_supported_release_is_routed_to_its_leader(
     hook: FlaskClient,
@@ -162,7 +162,7 @@ def test_patroni_3_0_3_replicas_are_left_out_and_the_status_says_why(
     assert f"pg-orders-0 ({why}), pg-orders-2 ({why})" in routed["message"]
 
 
-@pytest.mark.parametrize("version", ["3.2.2", "4.1.4"])
+@pytest.mark.parametrize("version", ["3.1.2", "3.2.2", "3.3.10", "4.0.10", "4.1.4"])
 def test_from_3_2_the_streaming_replicas_are_listed(
     hook: FlaskClient, serve: Callable[[Sequence[dict[str, Any]]], FakeCluster], version: str
 ) -> None:

@@ -1,7 +1,8 @@
 """The routing decision: which member, if any, the primary Service may select.
 
 The rule (see :func:`choose_leader`): route only to the one member Patroni itself
-reports as the running leader, whose Pod is selectable and not terminating, and only
+reports as the running leader, whose Pod is selectable, not terminating and not marked by
+Patroni as still being built (``spec.patroni.bootstrapLabels``), and only
 while no other Pod carries its ``statefulset.kubernetes.io/pod-name`` value (the
 Service's selector must match exactly one Pod). Anything
 else is a :class:`Decision` that keeps the observed selector, with the reason.
@@ -27,6 +28,9 @@ class Decision(enum.Enum):
     NO_MEMBERS = "NoMembers"
     NO_LEADER = "NoLeader"
     LEADER_NOT_READY = "LeaderNotReady"
+    #: The lock holder is still being built: Patroni reports an initialising state, or its
+    #: Pod carries ``spec.patroni.bootstrapLabels`` (Patroni 4.1's ``bootstrap_labels``).
+    LEADER_INITIALIZING = "LeaderInitializing"
     MULTIPLE_LEADERS = "MultipleLeaders"
     LEADER_TERMINATING = "LeaderTerminating"
     LEADER_NOT_SELECTABLE = "LeaderPodNotSelectable"
@@ -80,8 +84,10 @@ def choose_leader(
     leader key (``patroni/ha.py``, ``is_leader`` / ``set_is_leader``). A leader that lost
     the DCS stops answering 200 before the key can expire and another member can take
     it. So a single 200 is a lock holder, and a member the hook cannot reach adds no
-    doubt that Patroni has not already resolved. (The exception, Patroni's maintenance
-    ``pause`` with the DCS unreachable, is where Patroni itself trusts the running role.)
+    doubt that Patroni has not already resolved. (The exceptions: Patroni's maintenance
+    ``pause`` with the DCS unreachable, where Patroni itself trusts the running role, and
+    ``failsafe_mode``, where it keeps answering 200 only while every member acknowledges the
+    leader over ``POST /failsafe``, so none can be promoted meanwhile.)
     Two 200s at once (a stale or forged answer) keep the Service where it is.
     """
     path = spec.health_check_path
@@ -100,9 +106,15 @@ def choose_leader(
         return Route(
             Decision.NO_LEADER,
             why=f"No member answers 200 on {path} ({len(answered)} of {len(members)} answered"
-            f"{_unreachable_phrase(members)})",
+            f"{_unreachable_phrase(members)}){_failsafe_phrase(members)}",
         )
     claimant = claimants[0]
+    if claimant.initialising:
+        return Route(
+            Decision.LEADER_INITIALIZING,
+            why=f"{claimant.name} holds the leader lock but Patroni reports it initializing "
+            f"(state {claimant.state})",
+        )
     if not claimant.is_leader:
         return Route(
             Decision.LEADER_NOT_READY,
@@ -120,6 +132,14 @@ def choose_leader(
             why=f"Pod {claimant.name}'s IP answers as Patroni member {claimant.patroni_name!r}",
         )
     pod = pods[claimant.name]
+    if bootstrap_labelled(spec, pod.labels):
+        # Patroni labels the Pod so while the member is built, and removes the labels in
+        # its next HA loop once it runs: a leader that still carries them waits that loop.
+        return Route(
+            Decision.LEADER_INITIALIZING,
+            why=f"Leader {claimant.name}'s Pod carries Patroni's bootstrap labels "
+            f"({bootstrap_labels_text(spec)}): it is still being built",
+        )
     if pod.terminating:
         return Route(
             Decision.LEADER_TERMINATING,
@@ -153,6 +173,22 @@ def choose_leader(
     return Route(Decision.ROUTED, claimant.name, timeline=claimant.timeline)
 
 
+def bootstrap_labelled(spec: ClusterSpec, labels: Mapping[str, str]) -> bool:
+    """Whether a Pod's ``labels`` carry every one of ``spec.patroni.bootstrapLabels``.
+
+    Patroni sets them together and removes them together (``touch_member``,
+    ``patroni/dcs/kubernetes.py`` at v4.1.4, lines 1382-1387), so all of them, not any, is
+    its signal: one of them alone may be a label the Pods always carry.
+    """
+    wanted = spec.bootstrap_labels
+    return bool(wanted) and all(labels.get(k) == v for k, v in wanted.items())
+
+
+def bootstrap_labels_text(spec: ClusterSpec) -> str:
+    """``a=b,c=d``: the bootstrap labels for a message (sorted, so it is stable)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(spec.bootstrap_labels.items()))
+
+
 #: Pods named in a message at most (the rest are counted): the status stays small.
 _NAMED_PODS = 10
 
@@ -169,6 +205,30 @@ def _unreachable_phrase(members: Sequence[MemberStatus]) -> str:
     foreign = [f"{m.name}: {m.reason}" for m in members if m.reachable and not m.patroni_answer]
     phrase = f"; unreachable: {'; '.join(lost)}" if lost else ""
     return phrase + (f"; not Patroni: {'; '.join(foreign)}" if foreign else "")
+
+
+def _failsafe_phrase(members: Sequence[MemberStatus]) -> str:
+    """Why no member answers 200 while Patroni's failsafe mode holds a primary.
+
+    Measured with Patroni 4.1.5 on its Kubernetes DCS (tests/test_patroni_kubernetes_dcs.py):
+    with the API server down, the leader keeps running as primary by failsafe, but answers
+    503 on its leader paths once its cached leader object is older than the TTL: every HA
+    cycle starts with ``load_cluster_from_dcs``, whose ``set_is_leader(False)`` undoes the
+    failsafe's ``set_is_leader(True)`` (the leader's own ``Failsafe`` holds no leader: only
+    members that received ``POST /failsafe`` do). The Service is kept where it is, as for
+    every other "no leader"; this says why.
+    """
+    running = sorted(
+        m.name
+        for m in members
+        if m.failsafe_active and m.role == "primary" and m.state == "running"
+    )
+    if not running:
+        return ""
+    return (
+        f"; Patroni failsafe mode is active and {', '.join(running[:_NAMED_PODS])} runs as "
+        "primary (the DCS is unreachable)"
+    )
 
 
 def _selector_text(spec: ClusterSpec) -> str:

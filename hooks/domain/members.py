@@ -24,6 +24,27 @@ MEMBER_NAME_SINCE = (3, 2, 0)
 #: Roles that may hold the leader lock. ``standby_leader`` leads a standby cluster.
 LEADER_ROLES = frozenset({"primary", "standby_leader"})
 
+#: The ``state`` values of a member that Patroni is still building: exactly the states in
+#: which Patroni 4.1 puts ``kubernetes.bootstrap_labels`` on the member's Pod
+#: (``touch_member``, ``patroni/dcs/kubernetes.py`` at v4.1.4, lines 1382-1387: ``INITDB``,
+#: ``CUSTOM_BOOTSTRAP``, ``BOOTSTRAP_STARTING``, ``CREATING_REPLICA``; their strings in
+#: ``patroni/postgresql/misc.py`` at v4.1.4, lines 20-27). Patroni 3.0.0 and 3.0.1 spelled
+#: the first ``initalizing new cluster`` (``patroni/postgresql/bootstrap.py``, line 62 at
+#: both tags);
+#: ``starting after custom bootstrap`` exists since 4.1.0 (before, that phase said
+#: ``starting``, which is not running either). The REST answer carries the state on every
+#: health path (``get_postgresql_status`` falls back to ``{state, role}`` while PostgreSQL
+#: cannot be queried), so a member in one of them is told apart from one merely not running.
+INITIALISING_STATES = frozenset(
+    {
+        "initializing new cluster",
+        "initalizing new cluster",
+        "running custom bootstrap script",
+        "starting after custom bootstrap",
+        "creating replica",
+    }
+)
+
 
 class ProbeVerdict(enum.Enum):
     """How a member answered the health-check path."""
@@ -109,6 +130,12 @@ class MemberStatus:
     patroni_answer: bool = True
     #: ``replication``: the member's walsenders (the leader's standbys), in Patroni's order.
     walsenders: tuple[WalSender, ...] = ()
+    #: ``failsafe_mode_is_active: true`` (Patroni 3.0+, ``get_postgresql_status``): the DCS
+    #: is unreachable and, on the leader, every member acknowledged it over ``POST
+    #: /failsafe``, so Patroni keeps it primary (``Ha._handle_dcs_error``). Reported only;
+    #: the health path's 200 still decides (Patroni answers it from ``is_leader()``, which
+    #: failsafe renews: ``set_is_leader(True)``).
+    failsafe_active: bool = False
 
     @property
     def reachable(self) -> bool:
@@ -130,6 +157,11 @@ class MemberStatus:
     def older_than(self, release: tuple[int, ...]) -> bool:
         """Whether the member's Patroni reports a version before ``release``."""
         return self.patroni_version is not None and self.patroni_version < release
+
+    @property
+    def initialising(self) -> bool:
+        """Whether Patroni reports the member as still being built (:data:`INITIALISING_STATES`)."""
+        return self.state in INITIALISING_STATES
 
     @property
     def is_leader(self) -> bool:
@@ -200,6 +232,7 @@ class MemberStatus:
             "patroni_version": _version(patroni_info.get("version")),
             "noloadbalance": isinstance(tags, Mapping) and bool(tags.get("noloadbalance")),
             "walsenders": _walsenders(body.get("replication")),
+            "failsafe_active": body.get("failsafe_mode_is_active") is True,
         }
         if http_status == 200:
             if state == "running" and role in leader_roles:

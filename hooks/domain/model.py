@@ -190,6 +190,9 @@ class ClusterSpec:
     verify_member_name: bool = True
     #: https: verify the members' certificates against this DNS name, not the pod IP.
     patroni_server_name: str | None = None
+    #: ``spec.patroni.bootstrapLabels``: Patroni's ``kubernetes.bootstrap_labels`` (4.1+),
+    #: the labels it puts on a member Pod while that member is being built.
+    bootstrap_labels: Mapping[str, str] = field(default_factory=dict)
     service_type: str = "ClusterIP"
     service_ports: tuple[ServicePort, ...] = (ServicePort("postgresql", 5432, 5432),)
     service_labels: Mapping[str, str] = field(default_factory=dict)

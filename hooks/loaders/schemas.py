@@ -103,6 +103,19 @@ class _PatroniSchema(Schema):
         load_default=field_default(ClusterSpec, "verify_member_name")
     )
     tls = fields.Nested(_PatroniTLSSchema, load_default=lambda: dict(_DEFAULT_PATRONI_TLS))
+    bootstrapLabels = fields.Dict(
+        keys=fields.String(),
+        values=fields.String(),
+        load_default=dict,
+        validate=validate.Length(max=64, error="at most {max} labels"),
+    )
+
+    @validates_schema
+    def _bootstrap_labels_are_labels(self, data: Mapping[str, Any], **_: Any) -> None:
+        try:
+            check_labels(data.get("bootstrapLabels") or {}, what="label", values_are_labels=True)
+        except ValidationError as error:
+            raise ValidationError(error.messages, "bootstrapLabels") from None
 
     @validates_schema
     def _tls_needs_https(self, data: Mapping[str, Any], **_: Any) -> None:
@@ -291,6 +304,7 @@ class ClusterSpecSchema(Schema):
             read_timeout=patroni["readTimeoutSeconds"],
             verify_member_name=patroni["memberNameMustMatchPod"],
             patroni_server_name=patroni["tls"]["serverName"],
+            bootstrap_labels=dict(patroni["bootstrapLabels"]),
             service_type=service["type"],
             service_ports=tuple(service["ports"]),
             service_labels=dict(service["labels"]),

@@ -70,6 +70,14 @@ def plan(context: PartContext) -> PartPlan:
             f"{f' (timeline {timeline})' if timeline is not None else ''}; "
             f"Service {spec.service_name} selects it"
         )
+        if any(m.name == leader and m.failsafe_active for m in context.members):
+            # Patroni keeps a primary through a DCS outage only while every member
+            # acknowledges it (failsafe_mode): routed as always, and said, since the
+            # cluster cannot fail over until the DCS is back.
+            message += (
+                "; Patroni failsafe mode is active: the DCS is unreachable and every member "
+                "acknowledged this leader (no failover is possible until the DCS is back)"
+            )
     else:
         children = [keep(obj) for _, obj in sorted(primaries.items())]
         primary = observed_primary(request)

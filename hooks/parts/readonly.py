@@ -22,7 +22,9 @@ member whose Pod is not terminating and carries its own name as
 ``statefulset.kubernetes.io/pod-name`` (a Pod that merely copies the members' labels is
 no member, whatever it answers), that answers as itself (``patroni.name`` is the pod's
 name when ``memberNameMustMatchPod``, same ``patroni.scope`` as the leader), reports
-``role: replica``, ``state: running``, ``replication_state: streaming``, a replayed location,
+``role: replica``, ``state: running`` (a member Patroni reports as initialising, or whose
+Pod carries ``spec.patroni.bootstrapLabels``, Patroni 4.1's ``bootstrap_labels``, is never
+listed, nor kept while in doubt), ``replication_state: streaming``, a replayed location,
 no ``noloadbalance`` tag, replay not paused (``xlog.paused``, unless
 ``includePausedReplicas``), and lags the leader by at most ``maxLagBytes``. These are
 Patroni's own rules for ``GET /replica`` (``replica_status_code`` in ``patroni/api.py``: 503
@@ -71,6 +73,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from hooks.core.routing import bootstrap_labelled, bootstrap_labels_text
 from hooks.domain.members import REPLICATION_STATE_SINCE, MemberStatus
 from hooks.domain.model import ENDPOINTSLICE_KEY, POD_NAME_LABEL, ClusterSpec, Condition
 from hooks.domain.observed import IP, Pod
@@ -340,6 +343,10 @@ def classify(
         return _Verdict(False, f"{POD_NAME_LABEL} label is not its name")
     if ip is None:
         return _Verdict(False, "no pod IP")
+    if bootstrap_labelled(spec, pod.labels):
+        # Patroni's own mark (kubernetes.bootstrap_labels): never listed, and never kept
+        # in doubt when it does not answer (a replica being re-created is often silent).
+        return _Verdict(False, f"initializing (bootstrap labels {bootstrap_labels_text(spec)})")
     if not member.reachable:
         if pod.not_ready:
             return _Verdict(False, "unreachable, Pod not ready")
@@ -354,6 +361,8 @@ def classify(
         and member.patroni_scope != leader.patroni_scope
     ):
         return _Verdict(False, f"member of Patroni scope {member.patroni_scope}")
+    if member.initialising:
+        return _Verdict(False, f"initializing (state {member.state})")
     if member.claims_leadership or member.role != "replica":
         return _Verdict(False, f"role {member.role or 'unknown'}")
     if member.state != "running":
