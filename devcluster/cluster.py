@@ -806,8 +806,19 @@ class PatroniCluster:
         removes the setting (Patroni's default, off).
         """
         patch = {"failsafe_mode": True if enabled else None}
+
+        def accepted() -> bool:
+            for member in self.members:
+                if member.running:
+                    try:
+                        rest.patch_config(member, patch)
+                        return True
+                    except ClusterError:
+                        continue
+            return False
+
         poll_until(
-            lambda: any(rest.patch_config(m, patch) for m in self.members if m.running),
+            accepted,
             timeout,
             what=f"a member to accept PATCH /config {patch}",
             details=self._statuses_text,

@@ -60,13 +60,6 @@ def reports_pause(member: Member) -> bool:
     return bool(_http.get(member.ip, member.api_port, "/patroni").json().get("pause"))
 
 
-def patch_config(target: Member, patch: dict[str, Any]) -> bool:
-    """``PATCH /config`` with ``patch`` (Patroni's dynamic configuration, kept in the DCS):
-    whether the member accepted it (200). Any member will do: it writes to the DCS."""
-    resp = _http.request("PATCH", target.ip, target.api_port, "/config", patch, timeout=5)
-    return resp.status == 200
-
-
 def failsafe_members(member: Member) -> dict[str, Any] | None:
     """``GET /failsafe``: the members the leader last wrote to the DCS's ``/failsafe`` key
     (``do_GET_failsafe``, patroni/api.py); ``None`` while failsafe mode is off (502) or
