@@ -25,6 +25,34 @@ PROBE_DEADLINE = 2.0
 
 
 @dataclass(frozen=True)
+class MetacontrollerCost:
+    """Metacontroller's own CPU, calibrated on the real binary (v4.17.2, ``bench.fleet_kube``
+    on the real control plane, with its CPU profile). Per sync it lists the parent's related
+    Pods from its informer cache by namespace and label selector
+    (``pkg/controller/common/customize/manager.go`` ``GetRelatedObjects``:
+    ``Lister().Namespace(ns).List(selector)``, which visits every Pod of the namespace), plus a
+    fixed part (the live GET, the claim, the JSON of the hook call, the status update). Per
+    Pod event its Pod informer's one handler goroutine runs ``findRelatedParents``
+    (``manager.go`` ~343-397), which walks every parent of the install before it enqueues
+    the related ones: the events of one install are served one at a time."""
+
+    #: CPU per sync beyond the listing (s).
+    sync_base: float
+    #: CPU per object of the parent's namespace visited by the related-Pods listing (s).
+    per_listed: float
+    #: CPU per parent walked by one Pod event (s).
+    per_parent_walked: float
+    #: Cores one install may use (its CPU limit).
+    cores: int = 2
+
+    def sync_cpu(self, listed: int) -> float:
+        return self.sync_base + self.per_listed * listed
+
+    def event_cpu(self, parents: int) -> float:
+        return self.per_parent_walked * parents
+
+
+@dataclass(frozen=True)
 class Metacontroller:
     """One Metacontroller install's flags and the CompositeController's resync period."""
 
@@ -36,6 +64,8 @@ class Metacontroller:
     cache_flush: float = CACHE_FLUSH
     #: K installs, each with these flags, the fleet split evenly between them.
     shards: int = 1
+    #: Its own CPU; None: free (the rows modelled before the calibration).
+    cost: MetacontrollerCost | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +118,9 @@ class Row:
     policy: Policy
     mix: Mix = Mix()
     hook_pods: int = 3
+    #: Namespaces the clusters are spread over evenly (Metacontroller lists the related Pods
+    #: of a parent's namespace on every sync: ``MetacontrollerCost.per_listed``).
+    namespaces: int = 1
     #: GUNICORN_THREADS of each of a pod's 2 workers (modelled rows).
     hook_threads: int = 16
     #: Modelled hook CPU per sync (s); None: as measured.
