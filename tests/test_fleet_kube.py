@@ -191,6 +191,23 @@ def test_queue_figures_are_the_hook_controllers_own_and_their_means_over_the_win
     assert line.endswith("depth at end 7")
 
 
+TOP_CUM = """\
+      flat  flat%   sum%        cum   cum%
+     0.01s 0.072% 0.072%     10.47s 75.27%  metacontroller/pkg/controller/composite.(*parentController).worker
+         0     0% 0.072%     10.21s 73.40%  metacontroller/pkg/controller/composite.(*parentController).syncParentObject
+     0.03s  0.22%  0.29%      4.85s 34.87%  metacontroller/pkg/controller/common/customize.(*Manager).GetRelatedObjects
+     0.01s 0.072% 60.68%      190ms  1.37%  metacontroller/pkg/controller/composite.(*parentController).claimChildren
+"""
+
+
+def test_the_profiles_functions_are_read_per_sync() -> None:
+    costs = fleet_kube.profiled_costs(TOP_CUM, syncs=4000)
+    assert costs["sync"] == pytest.approx((10.21, 2.5525))
+    assert costs["related Pods listed"] == pytest.approx((4.85, 1.2125))
+    assert costs["claim children"] == pytest.approx((0.19, 0.0475))
+    assert "findRelatedParents" not in costs  # no Pod event in that profile
+
+
 # ------------------------------------------------------------------ the model's Metacontroller
 
 
