@@ -191,13 +191,16 @@ def test_queue_figures_are_the_hook_controllers_own_and_their_means_over_the_win
     assert line.endswith("depth at end 7")
 
 
-TOP_CUM = """\
-      flat  flat%   sum%        cum   cum%
-     0.01s 0.072% 0.072%     10.47s 75.27%  metacontroller/pkg/controller/composite.(*parentController).worker
-         0     0% 0.072%     10.21s 73.40%  metacontroller/pkg/controller/composite.(*parentController).syncParentObject
-     0.03s  0.22%  0.29%      4.85s 34.87%  metacontroller/pkg/controller/common/customize.(*Manager).GetRelatedObjects
-     0.01s 0.072% 60.68%      190ms  1.37%  metacontroller/pkg/controller/composite.(*parentController).claimChildren
-"""
+MC = "metacontroller/pkg/controller/"
+TOP_CUM = "\n".join(
+    [
+        "      flat  flat%   sum%        cum   cum%",
+        f"     0.01s 0.072% 0.072%     10.47s 75.27%  {MC}composite.(*parentController).worker",
+        f"  0  0% 0.072%  10.21s 73.40%  {MC}composite.(*parentController).syncParentObject",
+        f"  0.03s  0.22%  0.29%  4.85s 34.87%  {MC}common/customize.(*Manager).GetRelatedObjects",
+        f"  0.01s 0.072% 60.68%  190ms  1.37%  {MC}composite.(*parentController).claimChildren",
+    ]
+)
 
 
 def test_the_profiles_functions_are_read_per_sync() -> None:
