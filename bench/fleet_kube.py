@@ -364,14 +364,74 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--settle", type=float, default=None, help="wait for convergence (s)")
     parser.add_argument("--wait", type=float, default=30.0, help="after the window, for lags")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--model", action="store_true", help="also the fleet model of the same settings"
+    )
+    parser.add_argument(
+        "--model-only", action="store_true", help="only the model (no control plane)"
+    )
+    parser.add_argument(
+        "--hook-cpu", type=float, default=0.005, help="hook CPU a sync for the model (s)"
+    )
     args = parser.parse_args(argv)
     if args.clusters < 1 or args.clusters > 20000:
         parser.error("--clusters must be 1..20000")
     if args.poll < 0.3 or args.duration <= 0 or args.switchovers < 0:
         parser.error("--poll >= 0.3 (the CRD's minimum), --duration > 0, --switchovers >= 0")
-    if args.pprof and not os.environ.get("PGFH_METACONTROLLER_BINARY"):
+    if args.pprof and not args.model_only and not os.environ.get("PGFH_METACONTROLLER_BINARY"):
         parser.error("--pprof profiles a real binary: set PGFH_METACONTROLLER_BINARY")
     return args
+
+
+#: Hook sync latencies for the model (s): around the calibration of docs/scale.md's table.
+MODEL_LATENCIES = [0.004, 0.005, 0.006, 0.006, 0.007, 0.008, 0.010, 0.014]
+
+
+def model_row(args: argparse.Namespace, period: int | None) -> Any:
+    """The fleet model's row of this run's settings: the shipped flags with the run's period,
+    Metacontroller's calibrated cost (:data:`bench.fleet_settings.V4_17_2_COST`), one hook
+    pod (this run's one gunicorn), the run's namespaces; polled clusters (or, with churn,
+    busy Kubernetes-DCS ones), half the switchovers a leader's stop (its Pod changes)."""
+    from dataclasses import replace
+
+    from bench.fleet_settings import SHIPPED, V4_17_2_COST, Mix, Policy, Row
+
+    mix = Mix(polled=0.0, busy=1.0, stops=0.5) if args.dcs_churn else Mix(polled=1.0, stops=0.5)
+    return Row(
+        f"model of fleet_kube {args.layout}",
+        args.clusters,
+        replace(SHIPPED, resync_period=period, cost=V4_17_2_COST),
+        Policy(poll=args.poll, event_resync=EVENT_DRIVEN_RESYNC, from_reply=False, spread=True),
+        mix,
+        hook_pods=1,
+        namespaces=len(namespaces(args.clusters, args.layout)),
+        duration=args.duration + 20,
+        warmup=20.0,
+        switchovers=args.switchovers,
+        hook_cpu=args.hook_cpu,
+    )
+
+
+def model_lines(args: argparse.Namespace, period: int | None) -> list[str]:
+    from bench.fleet_model import EVENTLESS as MODEL_EVENTLESS
+    from bench.fleet_model import POD_CHANGING, run_modelled
+
+    result = run_modelled(model_row(args, period), MODEL_LATENCIES, args.hook_cpu)
+
+    def lags(klass: str) -> str:
+        values = result.lags[klass]
+        return lag_summary(values, result.unfinished[klass])
+
+    per_sync = result.mc_cores / result.syncs_per_second * 1000 if result.syncs_per_second else 0
+    return [
+        f"model (same settings, {len(namespaces(args.clusters, args.layout))} namespaces, "
+        f"Metacontroller's calibrated cost):",
+        f"  syncs/s {result.syncs_per_second:.1f}; Metacontroller {result.mc_cores:.3f} cores, "
+        f"{per_sync:.2f} ms a sync; hook {result.hook_cores:.3f} cores",
+        f"  event-less switchover lag {lags(MODEL_EVENTLESS)}",
+        f"  Pod-event lag {lags(POD_CHANGING)}",
+        f"  queue wait p99 {result.queue_wait_p99:.2f} s",
+    ]
 
 
 def resync_period(args: argparse.Namespace) -> int | None:
@@ -920,12 +980,19 @@ def report(figures: dict[str, Any]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.model_only:
+        for line in model_lines(args, resync_period(args)):
+            print(line, flush=True)
+        return 0
     figures = run(args)
     for line in report(figures):
         print(line, flush=True)
     for text in figures.pop("pprof_top", []):
         print(text, flush=True)
     print(json.dumps(figures), flush=True)
+    if args.model:
+        for line in model_lines(args, resync_period(args)):
+            print(line, flush=True)
     return 0
 
 

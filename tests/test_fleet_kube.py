@@ -277,3 +277,17 @@ def test_a_shard_walks_only_its_own_parents() -> None:
 
 def test_metacontroller_flags_default_to_no_cost() -> None:
     assert Metacontroller().cost is None and Row("t", 1, SHIPPED, Policy()).namespaces == 1
+
+
+def test_the_model_row_has_the_runs_settings_and_the_calibrated_cost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PGFH_METACONTROLLER_BINARY", raising=False)
+    args = parse_args(["--clusters", "1000", "--poll", "5", "--layout", "100-namespaces"])
+    row = fleet_kube.model_row(args, 60)
+    assert (row.n, row.namespaces, row.policy.poll, row.mc.resync_period) == (1000, 100, 5.0, 60)
+    assert row.mc.cost is not None and row.mc.cost.per_listed > 0
+    assert row.mix.polled == 1.0
+    churn = fleet_kube.model_row(parse_args(["--dcs-churn"]), None)
+    assert (churn.mix.polled, churn.mix.busy, churn.mc.resync_period) == (0.0, 1.0, None)
+    assert parse_args(["--pprof", "--model-only"]).model_only  # no binary needed
