@@ -413,10 +413,22 @@ def model_row(args: argparse.Namespace, period: int | None) -> Any:
 
 
 def model_lines(args: argparse.Namespace, period: int | None) -> list[str]:
+    """The model of the run's settings twice: each process with cores of its own (a
+    cluster), and Metacontroller and the hook on 2 shared cores (this machine)."""
+    from dataclasses import replace
+
+    row = model_row(args, period)
+    return [
+        *_model_lines(row, args.hook_cpu, "own cores"),
+        *_model_lines(replace(row, shared_cores=2), args.hook_cpu, "2 cores shared, as here"),
+    ]
+
+
+def _model_lines(row: Any, hook_cpu: float, cores: str) -> list[str]:
     from bench.fleet_model import EVENTLESS as MODEL_EVENTLESS
     from bench.fleet_model import POD_CHANGING, run_modelled
 
-    result = run_modelled(model_row(args, period), MODEL_LATENCIES, args.hook_cpu)
+    result = run_modelled(row, MODEL_LATENCIES, hook_cpu)
 
     def lags(klass: str) -> str:
         values = result.lags[klass]
@@ -424,8 +436,8 @@ def model_lines(args: argparse.Namespace, period: int | None) -> list[str]:
 
     per_sync = result.mc_cores / result.syncs_per_second * 1000 if result.syncs_per_second else 0
     return [
-        f"model (same settings, {len(namespaces(args.clusters, args.layout))} namespaces, "
-        f"Metacontroller's calibrated cost):",
+        f"model (same settings, {row.namespaces} namespaces, Metacontroller's calibrated "
+        f"cost, {cores}):",
         f"  syncs/s {result.syncs_per_second:.1f}; Metacontroller {result.mc_cores:.3f} cores, "
         f"{per_sync:.2f} ms a sync; hook {result.hook_cores:.3f} cores",
         f"  event-less switchover lag {lags(MODEL_EVENTLESS)}",

@@ -447,6 +447,11 @@ def run_modelled(row: Row, latencies: Sequence[float], cpu: float) -> Result:
         async def main() -> Result:
             fleet = Fleet(row)
             fleet.hook = ModelHook(fleet, latencies, cpu)
+            if row.shared_cores is not None:
+                shared = asyncio.Semaphore(row.shared_cores)
+                fleet.hook.cores = shared
+                for install in fleet.installs:
+                    install.cores = shared
             await fleet.run()
             return _result(fleet, "modelled", cpu)
 

@@ -129,6 +129,9 @@ class Row:
     #: Namespaces the clusters are spread over evenly (Metacontroller lists the related Pods
     #: of a parent's namespace on every sync: ``MetacontrollerCost.per_listed``).
     namespaces: int = 1
+    #: Metacontroller and the hook pods on the same ``shared_cores`` cores (a benchmark
+    #: machine, where the real binary and gunicorn share 2 cores); None: each its own.
+    shared_cores: int | None = None
     #: GUNICORN_THREADS of each of a pod's 2 workers (modelled rows).
     hook_threads: int = 16
     #: Modelled hook CPU per sync (s); None: as measured.

@@ -291,3 +291,13 @@ def test_the_model_row_has_the_runs_settings_and_the_calibrated_cost(
     churn = fleet_kube.model_row(parse_args(["--dcs-churn"]), None)
     assert (churn.mix.polled, churn.mix.busy, churn.mc.resync_period) == (0.0, 1.0, None)
     assert parse_args(["--pprof", "--model-only"]).model_only  # no binary needed
+
+
+def test_on_shared_cores_metacontroller_and_the_hook_serve_fewer_syncs() -> None:
+    """A 2-core benchmark machine: Metacontroller's listing at 1,000 clusters in one
+    namespace takes cores the hook then lacks, so fewer syncs are served than asked."""
+    row = replace(_row(1000, COST), policy=Policy(poll=4.0, from_reply=False, spread=True))
+    own = fleet.run_modelled(row, LATENCIES, CPU)  # 1.75 cores Metacontroller, 1 the hook
+    shared = fleet.run_modelled(replace(row, shared_cores=2), LATENCIES, CPU)
+    assert own.syncs_per_second > 0.95 * 250  # 250 asked
+    assert shared.syncs_per_second < 0.8 * own.syncs_per_second
