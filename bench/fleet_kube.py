@@ -296,6 +296,10 @@ def workqueue_figures(exposition: str, name: str = WORKQUEUE) -> dict[str, float
     figures: dict[str, float] = {}
     for family in text_string_to_metric_families(exposition):
         for sample in family.samples:
+            if sample.name == "rest_client_requests_total":  # client-go's, by method
+                key = f"api:{sample.labels.get('method', '?')}"
+                figures[key] = figures.get(key, 0.0) + sample.value
+                continue
             if sample.labels.get("name") != name or sample.name.endswith("_bucket"):
                 continue
             figures[sample.name] = figures.get(sample.name, 0.0) + sample.value
@@ -341,6 +345,18 @@ def profiled_costs(top_cum: str, syncs: float) -> dict[str, tuple[float, float]]
             seconds = float(cum[:-2]) / 1000 if cum.endswith("ms") else float(cum.rstrip("s"))
             found[label] = (seconds, seconds / syncs * 1000 if syncs else float("nan"))
     return found
+
+
+def api_per_sync(before: dict[str, float], after: dict[str, float], syncs: float) -> str:
+    """Metacontroller's API requests in the window per sync served, by method."""
+    methods = sorted(k for k in after if k.startswith("api:"))
+    if not methods or not syncs:
+        return "n/a"
+    return ", ".join(
+        f"{k[4:]} {(after[k] - before.get(k, 0.0)) / syncs:.2f}"
+        for k in methods
+        if after[k] - before.get(k, 0.0) > 0
+    )
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -940,6 +956,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "eventless_lags": [round(v, 3) for v in lags.done[EVENTLESS]],
                 "pod_event_lags": [round(v, 3) for v in lags.done[POD_EVENT]],
                 "queue": queue_line(before.queue, after.queue) if after.queue else "n/a (stand-in)",
+                "api_per_sync": api_per_sync(before.queue, after.queue, syncs),
             }
         )
         if churn is not None:
@@ -979,6 +996,7 @@ def report(figures: dict[str, Any]) -> list[str]:
         f"  event-less switchover lag {figures['eventless_lag']}",
         f"  Pod-event lag {figures['pod_event_lag']}",
         f"  Metacontroller {figures['queue']}",
+        f"  Metacontroller's API requests a sync: {figures.get('api_per_sync', 'n/a')}",
     ]
     if "pprof_ms_per_sync" in figures:
         costs = ", ".join(f"{k} {v} ms" for k, v in figures["pprof_ms_per_sync"].items())

@@ -301,3 +301,19 @@ def test_on_shared_cores_metacontroller_and_the_hook_serve_fewer_syncs() -> None
     shared = fleet.run_modelled(replace(row, shared_cores=2), LATENCIES, CPU)
     assert own.syncs_per_second > 0.95 * 250  # 250 asked
     assert shared.syncs_per_second < 0.8 * own.syncs_per_second
+
+
+def test_api_requests_are_counted_per_sync_by_method() -> None:
+    text = EXPOSITION + "\n".join(
+        [
+            "# TYPE rest_client_requests_total counter",
+            'rest_client_requests_total{code="200",host="h",method="GET"} 300',
+            'rest_client_requests_total{code="404",host="h",method="GET"} 10',
+            'rest_client_requests_total{code="200",host="h",method="PUT"} 50',
+            "",
+        ]
+    )
+    after = workqueue_figures(text)
+    assert after["api:GET"] == 310
+    assert fleet_kube.api_per_sync({"api:GET": 110.0}, after, 100) == "GET 2.00, PUT 0.50"
+    assert fleet_kube.api_per_sync({}, {}, 100) == "n/a"
