@@ -957,6 +957,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "pod_event_lags": [round(v, 3) for v in lags.done[POD_EVENT]],
                 "queue": queue_line(before.queue, after.queue) if after.queue else "n/a (stand-in)",
                 "api_per_sync": api_per_sync(before.queue, after.queue, syncs),
+                "load_average_1m": round(os.getloadavg()[0], 1),
             }
         )
         if churn is not None:
