@@ -240,7 +240,8 @@ class _FleetMember(asyncio.Protocol):
         self.buffer += data
         if b"\r\n\r\n" in self.buffer or len(self.buffer) > 16384:
             leader = self.fleet.leaders[self.cluster] == self.member
-            self.transport.write(self.fleet.answers[leader][self.member])
+            answers = self.fleet.cluster_answers or [self.fleet.answers]
+            self.transport.write(answers[self.cluster % len(answers)][leader][self.member])
             self.transport.close()
             self.transport = None
 
@@ -250,6 +251,15 @@ class _Fleet:
     leaders: list[int]
     answers: dict[bool, list[bytes]]
     connections: int = 0
+    #: Per cluster, when its members carry names of their own (``member_names``).
+    cluster_answers: list[dict[bool, list[bytes]]] | None = None
+
+
+def _answers(names: Sequence[str]) -> dict[bool, list[bytes]]:
+    return {
+        True: [response(200, patroni_body("primary", name=n, members=names)) for n in names],
+        False: [response(503, patroni_body("replica", name=n, members=names)) for n in names],
+    }
 
 
 def _serve_fleet(
@@ -257,15 +267,15 @@ def _serve_fleet(
     members: int,
     lifetime: float,
     pipe: multiprocessing.connection.Connection,
+    hosts: Sequence[str] | None = None,
+    member_names: Sequence[Sequence[str]] | None = None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     names = [f"pg-orders-{i}" for i in range(members)]
     fleet = _Fleet(
         leaders=[0] * clusters,
-        answers={
-            True: [response(200, patroni_body("primary", name=n, members=names)) for n in names],
-            False: [response(503, patroni_body("replica", name=n, members=names)) for n in names],
-        },
+        answers=_answers(names),
+        cluster_answers=[_answers(n) for n in member_names] if member_names else None,
     )
 
     async def main() -> None:
@@ -274,7 +284,9 @@ def _serve_fleet(
         ports = []
         servers = []
         for c in range(clusters):
-            port, socks = bind_shared_port([fleet_host(c, m) for m in range(members)])
+            port, socks = bind_shared_port(
+                list(hosts) if hosts else [fleet_host(c, m) for m in range(members)]
+            )
             ports.append(port)
             for m, sock in enumerate(socks):
                 sock.listen(1024)
@@ -328,14 +340,25 @@ class FleetMembers(_ServingProcess):
 
 @contextmanager
 def fleet_members(
-    clusters: int, members: int = 3, lifetime: float = 900.0
+    clusters: int,
+    members: int = 3,
+    lifetime: float = 900.0,
+    *,
+    hosts: Sequence[str] | None = None,
+    member_names: Sequence[Sequence[str]] | None = None,
 ) -> Iterator[FleetMembers]:
-    """Serve ``clusters`` fake Patroni clusters of ``members`` members from one process."""
+    """Serve ``clusters`` fake Patroni clusters of ``members`` members from one process.
+
+    ``hosts``: the ``members`` addresses every cluster's members listen on (each cluster
+    then on a port of its own), e.g. the 3 loopback addresses behind the test Pod network's
+    Pod IPs (:mod:`controlplane.podnet` maps only 254 of them: a port per cluster scales
+    where an address per member would not). ``member_names``: each cluster's member names
+    (Patroni's ``name``, the Pod's name), else ``pg-orders-<m>``."""
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
     process = context.Process(
         target=_serve_fleet,
-        args=(clusters, members, lifetime, child),
+        args=(clusters, members, lifetime, child, hosts, member_names),
         name="fake-patroni-fleet",
         daemon=True,
     )

@@ -78,6 +78,9 @@ class Counters:
     hook_errors: int = 0
     queue_waits: list[float] = field(default_factory=list)
     per_second: dict[int, int] = field(default_factory=dict)
+    #: Metacontroller's own CPU (s) and the Pod events its handlers worked off.
+    mc_cpu: float = 0.0
+    pod_events: int = 0
 
 
 class Install:
@@ -89,6 +92,30 @@ class Install:
         self.queue = WorkQueue()
         self.bucket = TokenBucket(fleet.row.mc.qps, fleet.row.mc.burst)
         self.keys = [c.index for c in fleet.clusters if c.shard == shard]
+        self.cost = fleet.row.mc.cost
+        #: Its cores, and its Pod informer's one handler goroutine (events one at a time).
+        self.cores = asyncio.Semaphore(self.cost.cores if self.cost else 1)
+        self.handler = asyncio.Lock()
+        members, namespaces = fleet.row.mix.members, max(1, fleet.row.namespaces)
+        #: Pods in a parent's namespace: what listing its related Pods visits.
+        self.listed = math.ceil(fleet.row.n / namespaces) * members
+
+    async def own_cpu(self, seconds: float) -> None:
+        """Metacontroller's own work: ``seconds`` on one of its cores."""
+        async with self.cores:
+            await asyncio.sleep(seconds)
+        if self.fleet.loop.time() >= self.fleet.measure_from:
+            self.fleet.counters.mc_cpu += seconds
+
+    async def pod_event(self, key: int) -> None:
+        """One Pod event through ``findRelatedParents``: it waits for the handler, walks every
+        parent of the install, then enqueues the related one."""
+        assert self.cost is not None
+        async with self.handler:
+            await self.own_cpu(self.cost.event_cpu(len(self.keys)))
+        if self.fleet.loop.time() >= self.fleet.measure_from:
+            self.fleet.counters.pod_events += 1
+        self.queue.add(key)
 
     def enqueue_all(self) -> None:
         for key in self.keys:
@@ -119,6 +146,8 @@ class Install:
     async def sync(self, cluster: Cluster, waited: float) -> None:
         fleet = self.fleet
         measuring = fleet.loop.time() >= fleet.measure_from
+        if self.cost is not None:
+            await self.own_cpu(self.cost.sync_cpu(self.listed))
         reply = await fleet.hook.call(cluster)
         if measuring:
             fleet.counters.syncs += 1
@@ -237,7 +266,14 @@ class Fleet:
 
     def pod_event(self, cluster: Cluster, delay: float = 0.0) -> None:
         install = self.installs[cluster.shard]
-        self.loop.call_later(delay + WATCH_DELAY, install.queue.add, cluster.index)
+        if install.cost is None:
+            self.loop.call_later(delay + WATCH_DELAY, install.queue.add, cluster.index)
+            return
+
+        def handle() -> None:
+            self.tasks.append(asyncio.ensure_future(install.pod_event(cluster.index)))
+
+        self.loop.call_later(delay + WATCH_DELAY, handle)
 
     def service_applied(self, cluster: Cluster) -> None:
         pending = cluster.pending
@@ -350,6 +386,8 @@ class Result:
     #: on the new leader, and how many were not routed by the end of the run.
     recovery: list[float] = field(default_factory=list)
     unrecovered: int = 0
+    #: Metacontroller's own CPU (cores, all installs) when its cost is modelled.
+    mc_cores: float = 0.0
 
     def lag(self, klass: str, q: float) -> float:
         values = sorted(self.lags[klass])
@@ -396,6 +434,7 @@ def _result(fleet: Fleet, mode: str, cpu_per_sync: float) -> Result:
         measured=fleet.measured,
         recovery=sorted(recovery),
         unrecovered=unrecovered,
+        mc_cores=c.mc_cpu / seconds,
     )
 
 
@@ -408,6 +447,11 @@ def run_modelled(row: Row, latencies: Sequence[float], cpu: float) -> Result:
         async def main() -> Result:
             fleet = Fleet(row)
             fleet.hook = ModelHook(fleet, latencies, cpu)
+            if row.shared_cores is not None:
+                shared = asyncio.Semaphore(row.shared_cores)
+                fleet.hook.cores = shared
+                for install in fleet.installs:
+                    install.cores = shared
             await fleet.run()
             return _result(fleet, "modelled", cpu)
 

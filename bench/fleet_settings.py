@@ -25,6 +25,45 @@ PROBE_DEADLINE = 2.0
 
 
 @dataclass(frozen=True)
+class MetacontrollerCost:
+    """Metacontroller's own CPU, calibrated on the real binary (v4.17.2, ``bench.fleet_kube``
+    on the real control plane, with its CPU profile). Per sync it lists the parent's related
+    Pods from its informer cache by namespace and label selector
+    (``pkg/controller/common/customize/manager.go`` ``GetRelatedObjects``:
+    ``Lister().Namespace(ns).List(selector)``, which visits every Pod of the namespace), plus a
+    fixed part (the live GET, the claim, the JSON of the hook call, the status update). Per
+    Pod event its Pod informer's one handler goroutine runs ``findRelatedParents``
+    (``manager.go`` ~343-397), which walks every parent of the install before it enqueues
+    the related ones: the events of one install are served one at a time."""
+
+    #: CPU per sync beyond the listing (s).
+    sync_base: float
+    #: CPU per object of the parent's namespace visited by the related-Pods listing (s).
+    per_listed: float
+    #: CPU per parent walked by one Pod event (s).
+    per_parent_walked: float
+    #: Cores one install may use (its CPU limit).
+    cores: int = 2
+
+    def sync_cpu(self, listed: int) -> float:
+        return self.sync_base + self.per_listed * listed
+
+    def event_cpu(self, parents: int) -> float:
+        return self.per_parent_walked * parents
+
+
+#: Metacontroller v4.17.2 on this project's 2-core machine, fitted to ``bench.fleet_kube`` runs
+#: of the real binary and their CPU profiles (docs/scale.md, "Metacontroller's own CPU"): CPU
+#: per sync 3.06 ms with 600 Pods in the namespace (200 clusters) and 6.89 - 1.54 ms (the
+#: Pod handler's share taken out) with 3,000 (1,000 clusters): ~0.95 us per Pod of the
+#: namespace visited by the related-Pods listing, ~2.5 ms for the rest of a sync; and with
+#: Patroni's Kubernetes-DCS churn over 1,000 parents in 100 namespaces, ``findRelatedParents``
+#: took 11.4 s of CPU for ~2,100 Pod events in the 30 s profile: ~5.4 ms an event, 5.4 us per
+#: parent walked.
+V4_17_2_COST = MetacontrollerCost(sync_base=0.0025, per_listed=0.95e-6, per_parent_walked=5.4e-6)
+
+
+@dataclass(frozen=True)
 class Metacontroller:
     """One Metacontroller install's flags and the CompositeController's resync period."""
 
@@ -36,6 +75,8 @@ class Metacontroller:
     cache_flush: float = CACHE_FLUSH
     #: K installs, each with these flags, the fleet split evenly between them.
     shards: int = 1
+    #: Its own CPU; None: free (the rows modelled before the calibration).
+    cost: MetacontrollerCost | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +129,12 @@ class Row:
     policy: Policy
     mix: Mix = Mix()
     hook_pods: int = 3
+    #: Namespaces the clusters are spread over evenly (Metacontroller lists the related Pods
+    #: of a parent's namespace on every sync: ``MetacontrollerCost.per_listed``).
+    namespaces: int = 1
+    #: Metacontroller and the hook pods on the same ``shared_cores`` cores (a benchmark
+    #: machine, where the real binary and gunicorn share 2 cores); None: each its own.
+    shared_cores: int | None = None
     #: GUNICORN_THREADS of each of a pod's 2 workers (modelled rows).
     hook_threads: int = 16
     #: Modelled hook CPU per sync (s); None: as measured.
