@@ -21,6 +21,7 @@ from flask.testing import FlaskClient
 from hooks.core.scope import FINALIZER_PREFIX, selects, serves
 from hooks.domain.scope import OPERATORS, CustomizeScope, ParentSelector, Requirement
 from hooks.loaders.envelope import load_customize_call, load_scope
+from hooks.parts.primary import NO_POD_RULE
 from standin.selectors import matches
 from tests.helpers import fixture
 
@@ -200,3 +201,37 @@ def test_a_broken_parent_is_still_a_400_not_an_empty_answer(client: FlaskClient)
     del body["parent"]["metadata"]["name"]
     response = client.post("/customize", data=json.dumps(body), content_type="application/json")
     assert response.status_code == 400
+
+
+# ------------------------------------------------------------------ a stale empty answer
+
+
+def test_a_sync_without_a_pod_group_keeps_the_service_and_says_why(
+    client: FlaskClient,
+) -> None:
+    """A parent that moved into this shard after the hook answered it no rules: the cached
+    answer relates no Pods (no group at all, not an empty one). The Service stays on its
+    member, nothing is Ready, and the status says why rather than "no Pod matches"."""
+    body = fixture("sync-service-selects-old-leader.json")
+    before = json.loads(json.dumps(body["children"]["Service.v1"]))
+    del body["related"]["Pod.v1"]
+    response = client.post("/sync", data=json.dumps(body), content_type="application/json")
+    assert response.status_code == 200
+    reply = response.get_json()
+    services = {c["metadata"]["name"]: c for c in reply["children"] if c["kind"] == "Service"}
+    assert set(services) == set(before)
+    for name, service in services.items():
+        assert service["spec"]["selector"] == before[name]["spec"]["selector"]
+    conditions = {c["type"]: c for c in reply["status"]["conditions"]}
+    assert conditions["Ready"]["status"] == "False"
+    routed = conditions["PrimaryRouted"]
+    assert routed["reason"] == "NoMembers"
+    assert routed["message"].startswith(NO_POD_RULE)
+
+
+def test_an_empty_pod_group_is_still_no_pod_matches(client: FlaskClient) -> None:
+    body = fixture("sync-service-selects-old-leader.json")
+    body["related"]["Pod.v1"] = {}
+    reply = client.post("/sync", data=json.dumps(body), content_type="application/json")
+    routed = {c["type"]: c for c in reply.get_json()["status"]["conditions"]}["PrimaryRouted"]
+    assert routed["message"].startswith("No Pod matches primarySelector")

@@ -217,6 +217,7 @@ def load_sync_request(body: object, *, max_pods: int | None = None) -> SyncReque
         cronjobs=observed.cronjobs,
         previous=observed.previous,
         pod_count=observed.pod_count,
+        pods_related=observed.pods_related,
         named_services=observed.named_services,
         api_version=str(raw.get("apiVersion", "adg.io/v1alpha1")),
         kind=str(raw.get("kind", "PostgreSQLCluster")),

@@ -109,12 +109,15 @@ def handle_customize(body: object, *, request_id: str) -> Reply:
     except RequestError as error:
         return bad_request("customize", str(error), request_id)
     if not serves(scope):
+        metrics.CUSTOMIZE_REPLIES.labels("other-shard").inc()
         return Reply({"relatedResources": []})
     if spec is None:
         with bound(cluster=cluster, request_id=request_id, hook="customize"):
             log.warning("invalid spec: no related Pods until it is fixed")
+        metrics.CUSTOMIZE_REPLIES.labels("invalid-spec").inc()
         return Reply({"relatedResources": []})
     namespace = cluster.partition("/")[0]
+    metrics.CUSTOMIZE_REPLIES.labels("all").inc()
     return Reply({"relatedResources": parts.related_rules(spec, uid, namespace)})
 
 
