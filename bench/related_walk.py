@@ -32,6 +32,7 @@ the probes' lag, and the start-up drain (the initial Pod adds × parents).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -172,7 +173,10 @@ class BenchHook:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 1024  # Metacontroller's 64 workers connect at once
+
+        self.server = Server(("127.0.0.1", self.port), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
@@ -344,6 +348,7 @@ class ShapeResult:
     lag: list[float]
     lost: int
     errors: int = 0
+    serving: int = 0
 
     def line(self, parents: int) -> str:
         lag = self.lag
@@ -353,13 +358,22 @@ class ShapeResult:
             else f"{self.walk_per_parent_event_us:.2f}"
         )
         return (
-            f"{self.shape:12} parents={parents} start-drain={self.startup_drain:6.1f}s "
+            f"{self.shape:12} parents={parents} served={self.serving} "
+            f"start-drain={self.startup_drain:6.1f}s "
             f"events={self.events} ({self.events / self.seconds:.0f}/s) "
             f"MC CPU/event={self.cpu_per_event_ms:.3f} ms  walk/parent/event={walk} us  "
             f"lag p50/p90/p99/max={percentile(lag, 0.5):.3f}/{percentile(lag, 0.9):.3f}/"
             f"{percentile(lag, 0.99):.3f}/{max(lag, default=float('nan')):.3f} s "
             f"(probes {len(lag)}, not synced {self.lost}; hook errors {self.errors})"
         )
+
+
+_FLIPS = itertools.count()
+
+
+def _fetch(url: str, timeout: float, into: dict[str, bytes]) -> None:
+    """A CPU profile from Metacontroller's pprof endpoint (it answers after the window)."""
+    into["p"] = requests.get(url, timeout=timeout).content
 
 
 def churn(
@@ -406,11 +420,10 @@ def churn(
         t.start()
     flips: list[tuple[str, float]] = []
     end = time.monotonic() + seconds
-    role = 0
     while time.monotonic() < end:
         ns, pod, cluster = rng.choice(probes)
-        role += 1
-        body = {"metadata": {"labels": {"role": "primary" if role % 2 else "replica"}}}
+        # A value never used before: a patch to the value a Pod already has is no event.
+        body = {"metadata": {"labels": {"role": f"r{next(_FLIPS)}-{time.time_ns()}"}}}
         at = time.monotonic()
         try:
             rest_pool[0].merge_patch(resource_path("v1", "pods", ns, pod), body)
@@ -455,6 +468,27 @@ def metacontroller(
         mc.stop()
 
 
+def apply_controller(rest: KubeRest, hook: BenchHook, sharded: bool) -> None:
+    """The shipped CompositeController at the bench hook (no token, no resync period);
+    ``sharded``: selecting shard 0 only, as ``deploy/sharding/`` renders it."""
+    controller = local_controller(f"http://127.0.0.1:{hook.port}")
+    controller["spec"].pop("endpointConfigs", None)
+    controller["spec"].pop("resyncPeriodSeconds", None)
+    if sharded:
+        selector = {"matchLabels": {SHARD_LABEL: "0"}}
+        controller["spec"]["parentResource"]["labelSelector"] = selector
+    else:
+        controller["spec"]["parentResource"].pop("labelSelector", None)
+    name = controller["metadata"]["name"]
+    for _ in range(50):
+        try:
+            rest.apply(f"{CC_PATH}/{name}", controller, MANAGER)
+            return
+        except KubeApiError:
+            time.sleep(0.2)
+    raise TimeoutError("the CompositeController was not applied")
+
+
 def run_shape(
     plane: ControlPlane,
     rest_pool: Sequence[KubeRest],
@@ -463,58 +497,71 @@ def run_shape(
     shape: str,
     args: argparse.Namespace,
     work: Path,
-) -> ShapeResult:
+) -> list[ShapeResult]:
+    """One Metacontroller process answering ``shape``: started, drained, then each churn
+    phase of ``--churn`` in turn (quiet again between them)."""
     hook.shape = shape
     with hook.lock:
         hook.syncs.clear()
+    sharded = fleet.shards > 1 and shape in args.selector_shapes.split(",")
+    apply_controller(rest_pool[0], hook, sharded)
+    serving = fleet.parents // fleet.shards if sharded else fleet.parents
+    served = [
+        m for m in fleet.members() if not sharded or int(m[2].split("-")[1]) % fleet.shards == 0
+    ]
     pprof_port = free_port()
+    results = []
     with metacontroller(plane, work, pprof_port, shape) as mc:
         assert mc.process is not None
         pid = mc.process.pid
         started = time.monotonic()
         deadline = started + args.start_limit
-        while hook.synced() < fleet.parents // fleet.shards and time.monotonic() < deadline:
+        while hook.synced() < serving and time.monotonic() < deadline:
             time.sleep(0.5)
         quiet = wait_quiet(pid, max(1.0, deadline - time.monotonic()))
         drain = time.monotonic() - started if quiet == quiet else float("nan")
-        if args.churn == "members":
-            targets = [(ns, pod) for ns, pod, _ in fleet.members()]
-        else:
-            targets = fleet.bystander_pods()
-        served = [m for m in fleet.members() if int(m[2].split("-")[1]) % fleet.shards == 0]
-        profile = work / f"{shape}.pprof"
-        url = f"http://127.0.0.1:{pprof_port}/debug/pprof/profile?seconds={int(args.seconds)}"
-        got: dict[str, bytes] = {}
-        fetcher = threading.Thread(
-            target=lambda: got.__setitem__(
-                "p", requests.get(url, timeout=args.seconds + 30).content
-            ),
-            daemon=True,
-        )
-        errors0 = hook_errors(mc.log_path)
-        cpu0 = cpu_seconds(pid)
-        fetcher.start()
-        events, took, lags, lost = churn(rest_pool, targets, args.rate, args.seconds, hook, served)
-        cpu1 = cpu_seconds(pid)
-        errors = hook_errors(mc.log_path) - errors0
-        fetcher.join(args.seconds + 40)
-        walk_us = None
-        if "p" in got:
-            profile.write_bytes(got["p"])
-            walk = walk_seconds(profile)
-            if walk is not None and events:
-                walk_us = walk / (events * fleet.parents) * 1e6
-        return ShapeResult(
-            shape,
-            drain,
-            events,
-            took,
-            (cpu1 - cpu0) / max(1, events) * 1e3,
-            walk_us,
-            lags,
-            lost,
-            errors,
-        )
+        for kind in args.churn.split(","):
+            if kind == "members":
+                targets = [(ns, pod) for ns, pod, _ in fleet.members()]
+                rate = args.member_rate
+            else:
+                targets = fleet.bystander_pods()
+                rate = args.rate
+            profile = work / f"{shape}-{kind}.pprof"
+            seconds = args.seconds
+            url = f"http://127.0.0.1:{pprof_port}/debug/pprof/profile?seconds={int(seconds)}"
+            got: dict[str, bytes] = {}
+            fetcher = threading.Thread(target=_fetch, args=(url, seconds + 30, got), daemon=True)
+            errors0 = hook_errors(mc.log_path)
+            cpu0 = cpu_seconds(pid)
+            fetcher.start()
+            events, took, lags, lost = churn(rest_pool, targets, rate, seconds, hook, served)
+            cpu1 = cpu_seconds(pid)
+            errors = hook_errors(mc.log_path) - errors0
+            fetcher.join(seconds + 40)
+            walk_us = None
+            if "p" in got:
+                profile.write_bytes(got["p"])
+                walk = walk_seconds(profile)
+                if walk is not None and events:
+                    walk_us = walk / (events * fleet.parents) * 1e6
+            results.append(
+                ShapeResult(
+                    f"{shape}/{kind}",
+                    drain,
+                    events,
+                    took,
+                    (cpu1 - cpu0) / max(1, events) * 1e3,
+                    walk_us,
+                    lags,
+                    lost,
+                    errors,
+                    serving,
+                )
+            )
+            print(results[-1].line(fleet.parents), flush=True)
+            wait_quiet(pid, 120.0)
+    return results
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -530,12 +577,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--rate", type=float, default=40.0, help="annotation patches per second")
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--churn", choices=("bystanders", "members"), default="bystanders")
+    parser.add_argument(
+        "--churn",
+        default="bystanders",
+        help="comma list of phases: bystanders (Pods no parent relates: the walk alone, at "
+        "--rate) and members (member Pods: each event also syncs its cluster, at --member-rate)",
+    )
+    parser.add_argument("--member-rate", type=float, default=280.0)
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--clients", type=int, default=6)
     parser.add_argument("--start-limit", type=float, default=240.0)
+    parser.add_argument(
+        "--selector-shapes",
+        default="shard-aware",
+        help="with --shards > 1: the shapes run by a shard install (selecting shard 0); the "
+        "others by one install serving every parent. Run first (Metacontroller's finalizer "
+        "on a parent makes any later install serve it).",
+    )
     args = parser.parse_args(argv)
     shapes = [s for s in args.shapes.split(",") if s]
+    sharded_first = args.selector_shapes.split(",") if args.shards > 1 else []
+    shapes.sort(key=lambda s: s not in sharded_first)
     for shape in shapes:
         if shape not in SHAPES:
             parser.error(f"unknown shape {shape}")
@@ -547,32 +609,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     rest_pool = [KubeRest.from_kubeconfig(plane.admin_kubeconfig) for _ in range(args.clients)]
     try:
         apply_crds(rest_pool[0])
-        controller = local_controller(f"http://127.0.0.1:{hook.port}")
-        controller["spec"].pop("endpointConfigs", None)
-        controller["spec"].pop("resyncPeriodSeconds", None)
-        if args.shards > 1:
-            controller["spec"]["parentResource"]["labelSelector"] = {
-                "matchLabels": {SHARD_LABEL: "0"}
-            }
-        name = controller["metadata"]["name"]
-        for _ in range(50):
-            try:
-                rest_pool[0].apply(f"{CC_PATH}/{name}", controller, MANAGER)
-                break
-            except KubeApiError:
-                time.sleep(0.2)
         t = time.monotonic()
         create_fleet(rest_pool, fleet)
         print(
             f"fleet: {args.parents} parents, {3 * args.parents} member Pods, "
             f"{args.bystanders} bystanders over {args.namespaces} namespace(s), "
             f"{args.shards} shard(s) (made in {time.monotonic() - t:.0f} s); churn "
-            f"{args.churn} at {args.rate:g}/s for {args.seconds:g} s",
+            f"{args.churn} (bystanders {args.rate:g}/s, members {args.member_rate:g}/s) "
+            f"for {args.seconds:g} s each",
             flush=True,
         )
         for shape in shapes:
-            result = run_shape(plane, rest_pool, fleet, hook, shape, args, work)
-            print(result.line(args.parents), flush=True)
+            run_shape(plane, rest_pool, fleet, hook, shape, args, work)
     finally:
         hook.stop()
         for rest in rest_pool:
