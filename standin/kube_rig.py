@@ -79,9 +79,7 @@ def member_pod(name: str, loopback: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def cluster_resource(
-    namespace: str, labels: Mapping[str, str] | None = None
-) -> dict[str, Any]:
+def cluster_resource(namespace: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": CLUSTER, "namespace": namespace}
     if labels:
         metadata["labels"] = dict(labels)

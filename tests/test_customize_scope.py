@@ -87,6 +87,11 @@ def test_match_labels_and_expressions_must_all_hold() -> None:
                 assert selects(selector, labels) == matches(raw, labels), (labels, wanted)
 
 
+def test_an_operator_kubernetes_does_not_have_selects_in_doubt() -> None:
+    selector = ParentSelector(expressions=(Requirement("k", "Gt", ("1",)),))
+    assert all(selects(selector, labels) for labels in LABEL_STATES)
+
+
 def test_an_empty_selector_selects_everything() -> None:
     assert all(selects(ParentSelector(), labels) for labels in LABEL_STATES)
 

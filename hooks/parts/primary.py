@@ -40,7 +40,6 @@ from hooks.domain.request import SyncRequest
 from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
 from hooks.parts.readonly_objects import is_read_only_service
 
-
 #: Why no member is seen when the request relates no Pods at all (not even an empty group).
 NO_POD_RULE = (
     "Metacontroller related no Pods to this cluster: its cached customize answer for it "
