@@ -38,7 +38,8 @@ Where it differs from Metacontroller (beyond :mod:`standin.kube_apply` and
 :mod:`standin.reflector`): hook ``version: v1`` only; webhook ``url`` only (no ``service`` +
 ``path``), no ``etag``, mTLS or basic auth (the bearer token of a matching
 ``endpointConfigs`` entry is read from its Secret, as 4.16+ does); ``responseUnMarshallMode``
-is always strict; no ``parentResource.labelSelector`` or ``ignoreStatusChanges``; no Events
+is always strict; ``parentResource.labelSelector`` is checked when a parent is synced, not
+also when it is enqueued; no ``ignoreStatusChanges``; no Events
 (``SyncError``), metrics or leader election (below); no client-go REST rate limit
 (``--client-go-qps``/``--client-go-burst``); the cache flush resyncs the parents from the
 cache without re-listing them from the server; a related event walks only the parents
@@ -396,6 +397,13 @@ class KubeMetacontroller:
         hooks = self.controller["spec"].get("hooks") or {}
         deleting = bool(meta.get("deletionTimestamp"))
         finalizers = meta.get("finalizers") or []
+        selector = (self.controller["spec"].get("parentResource") or {}).get("labelSelector")
+        if (
+            selector is not None
+            and self.finalizer not in finalizers
+            and not matches(selector, meta.get("labels"))
+        ):
+            return None  # not this controller's (composite/controller.go 627-629, 643)
         if "finalize" in hooks and not deleting and self.finalizer not in finalizers:
             live = set_finalizer(self.rest, path, self.finalizer, True)
             if live is None:

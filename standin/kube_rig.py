@@ -79,11 +79,14 @@ def member_pod(name: str, loopback: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def cluster_resource(namespace: str) -> dict[str, Any]:
+def cluster_resource(namespace: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": CLUSTER, "namespace": namespace}
+    if labels:
+        metadata["labels"] = dict(labels)
     return {
         "apiVersion": PARENT_API,
         "kind": "PostgreSQLCluster",
-        "metadata": {"name": CLUSTER, "namespace": namespace},
+        "metadata": metadata,
         "spec": {
             "primarySelector": dict(PRIMARY_SELECTOR),
             "serviceRef": {"name": SERVICE},
@@ -291,6 +294,7 @@ def kube_rig(
     create_pods: bool = True,
     controller_spec: Mapping[str, Any] | None = None,
     replicas: int | None = None,
+    parent_labels: Mapping[str, str] | None = None,
 ) -> Iterator[KubeRig]:
     """Pods, kubelet, CompositeController, Metacontroller and the PostgreSQLCluster; all of
     it stopped (the cluster's objects deleted with the namespace by the caller) on exit.
@@ -306,7 +310,8 @@ def kube_rig(
     as the kubelet restarts a container (:mod:`standin.supervisor`); the stand-in's are
     :class:`standin.metacontroller_replica.StandinReplica`, a binary's run with the values'
     ``--leader-election``. Without it: one process without supervision (the stand-in
-    without leader election)."""
+    without leader election). ``parent_labels``: the PostgreSQLCluster's labels (e.g. a
+    shard's)."""
     controller_config = controller_kubeconfig or kubeconfig
     rest = KubeRest.from_kubeconfig(kubeconfig)
     install(rest, hook_url, token, controller_spec)
@@ -340,7 +345,10 @@ def kube_rig(
             )
             rig.start_controller()
         try:
-            rest.create(resource_path(PARENT_API, PARENTS, namespace), cluster_resource(namespace))
+            rest.create(
+                resource_path(PARENT_API, PARENTS, namespace),
+                cluster_resource(namespace, parent_labels),
+            )
             yield rig
         finally:
             rig.stop_controller()

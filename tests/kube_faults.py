@@ -324,6 +324,7 @@ def rig_on(
     work_dir: Path,
     controller_spec: Mapping[str, Any] | None = None,
     replicas: int | None = None,
+    parent_labels: Mapping[str, str] | None = None,
 ) -> Iterator[KubeRig]:
     """The rig of the end-to-end tests on ``plane``: Metacontroller (stand-in or binary) as
     its own least-privilege ServiceAccount (``replicas``: that many, with leader election,
@@ -340,6 +341,7 @@ def rig_on(
         controller_kubeconfig=metacontroller_kubeconfig(plane),
         controller_spec=controller_spec,
         replicas=replicas,
+        parent_labels=parent_labels,
     ) as running:
         yield running
         assert running.forbidden() == []

@@ -52,6 +52,7 @@ def test_backup_jobs_are_related_by_uid_and_reported(
         "apiVersion": "batch/v1",
         "resource": "jobs",
         "labelSelector": {"matchLabels": {"pg-failover-hook.adg.io/backup-of": world.uid}},
+        "namespace": world.parent["metadata"]["namespace"],
     }
     world.jobs = {
         "pg-orders-backup-29250": {

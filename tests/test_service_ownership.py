@@ -339,7 +339,7 @@ def test_the_customize_rule_relates_the_named_service_in_the_parent_namespace() 
     rules = parts.related_rules(spec, PARENT_UID, NAMESPACE)
     assert {"apiVersion": "v1", "resource": "services", "names": [SERVICE_NAME],
             "namespace": NAMESPACE} in rules  # fmt: skip
-    assert all("namespace" not in r for r in rules if "labelSelector" in r)
+    assert all(r["namespace"] == NAMESPACE for r in rules if "labelSelector" in r)
     unscoped = parts.related_rules(spec, PARENT_UID)
     assert {"apiVersion": "v1", "resource": "services", "names": [SERVICE_NAME]} in unscoped
 

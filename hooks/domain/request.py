@@ -61,6 +61,12 @@ class SyncRequest:
     #: How many related Pods the request holds, when more than the loader was told to load
     #: (their number is all a refusal needs); ``None``: every one is in :attr:`pods`.
     pod_count: int | None = None
+    #: Whether the request has a related Pods group at all. Without one, Metacontroller's
+    #: cached customize answer for this parent relates no Pods: the answer the hook gives
+    #: a parent the calling shard does not serve (:mod:`hooks.core.scope`), still cached
+    #: (by UID and generation, 20 minutes) after the parent's labels moved it into this
+    #: shard. An empty group is "no Pod matches primarySelector".
+    pods_related: bool = True
     #: The spec is refused by the hook's own limits (:func:`hooks.core.probing.apply_policy`),
     #: not by the schema: asked again after ``ResyncTiming.refused``.
     refused_by_policy: bool = False

@@ -14,7 +14,7 @@ Pure: no I/O, no web framework.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate
 
@@ -23,6 +23,7 @@ from hooks.domain.model import (
     ClusterSpec,
 )
 from hooks.domain.request import SyncRequest
+from hooks.domain.scope import OPERATORS, CustomizeScope, ParentSelector, Requirement
 from hooks.loaders.observed import ObservedError, load_observed
 from hooks.loaders.schemas import load_spec
 from hooks.loaders.spec_fields import StrictBoolean, flatten
@@ -77,6 +78,7 @@ class CustomizeEnvelopeSchema(Schema):
         unknown = EXCLUDE
 
     parent = fields.Dict(required=True)
+    controller = fields.Raw(load_default=None, allow_none=True)
 
 
 def _describe(messages: object) -> str:
@@ -215,6 +217,7 @@ def load_sync_request(body: object, *, max_pods: int | None = None) -> SyncReque
         cronjobs=observed.cronjobs,
         previous=observed.previous,
         pod_count=observed.pod_count,
+        pods_related=observed.pods_related,
         named_services=observed.named_services,
         api_version=str(raw.get("apiVersion", "adg.io/v1alpha1")),
         kind=str(raw.get("kind", "PostgreSQLCluster")),
@@ -229,6 +232,16 @@ def load_customize_request(body: object) -> tuple[str, ClusterSpec | None]:
 
 def load_customize_parent(body: object) -> tuple[str, ClusterSpec | None, str | None]:
     """:func:`load_customize_request` plus the parent's ``metadata.uid`` (if it has one)."""
+    cluster, spec, uid, _ = load_customize_call(body)
+    return cluster, spec, uid
+
+
+def load_customize_call(
+    body: object,
+) -> tuple[str, ClusterSpec | None, str | None, CustomizeScope | None]:
+    """:func:`load_customize_parent` plus the :class:`CustomizeScope` of the call (``None``
+    when the request's controller or the parent's labels cannot be read: the caller then
+    answers full rules)."""
     if not isinstance(body, Mapping):
         raise RequestError(f"request body must be a JSON object, not {type(body).__name__}")
     try:
@@ -238,7 +251,79 @@ def load_customize_parent(body: object) -> tuple[str, ClusterSpec | None, str | 
     parent = _load_parent(envelope["parent"])
     spec, _ = load_spec(parent["spec"])
     metadata = parent["metadata"]
-    return f"{metadata['namespace']}/{metadata['name']}", spec, metadata["uid"]
+    scope = load_scope(envelope.get("controller"), envelope["parent"])
+    return f"{metadata['namespace']}/{metadata['name']}", spec, metadata["uid"], scope
+
+
+def load_scope(controller: object, parent: Mapping[str, Any]) -> CustomizeScope | None:
+    """The calling CompositeController's name and ``parentResource.labelSelector`` and the
+    parent's labels and finalizers; ``None`` if any of it is not as Kubernetes writes it."""
+    if not isinstance(controller, Mapping):
+        return None
+    name = _get(controller, "metadata", "name")
+    resource = _get(controller, "spec", "parentResource")
+    metadata = parent.get("metadata")
+    if not isinstance(name, str) or not name or not isinstance(resource, Mapping):
+        return None
+    if not isinstance(metadata, Mapping):
+        return None
+    labels = _or(metadata.get("labels"), {})
+    finalizers = _or(metadata.get("finalizers"), [])
+    if not _string_map(labels):
+        return None
+    if not isinstance(finalizers, list) or not all(isinstance(f, str) for f in finalizers):
+        return None
+    raw = resource.get("labelSelector")
+    selector = None if raw is None else _load_selector(raw)
+    if raw is not None and selector is None:
+        return None
+    return CustomizeScope(name, selector, dict(labels), tuple(finalizers))
+
+
+def _or(value: object, default: object) -> object:
+    """``value``, or ``default`` for a missing (``null``) one; an empty value of the wrong
+    type stays wrong (``[]`` is not a map of labels)."""
+    return default if value is None else value
+
+
+def _get(obj: Mapping[str, Any], *path: str) -> object:
+    found: object = obj
+    for key in path:
+        if not isinstance(found, Mapping):
+            return None
+        found = found.get(key)
+    return found
+
+
+def _string_map(value: object) -> TypeGuard[Mapping[str, str]]:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def _load_selector(raw: object) -> ParentSelector | None:
+    """A ``metav1.LabelSelector``; ``None`` if malformed (unknown operator, wrong types)."""
+    if not isinstance(raw, Mapping):
+        return None
+    labels = _or(raw.get("matchLabels"), {})
+    expressions = _or(raw.get("matchExpressions"), [])
+    if not _string_map(labels) or not isinstance(expressions, list):
+        return None
+    requirements = []
+    for entry in expressions:
+        if not isinstance(entry, Mapping):
+            return None
+        key, operator, values = (
+            entry.get("key"),
+            entry.get("operator"),
+            _or(entry.get("values"), []),
+        )
+        if not isinstance(key, str) or operator not in OPERATORS or not isinstance(values, list):
+            return None
+        if not all(isinstance(v, str) for v in values):
+            return None
+        requirements.append(Requirement(key, str(operator), tuple(values)))
+    return ParentSelector(tuple(sorted(labels.items())), tuple(requirements))
 
 
 # ------------------------------------------------------------- shared instances

@@ -116,6 +116,8 @@ class Observed:
     pod_count: int | None = None
     #: The related ``Service.v1`` group (Services by name), ``None`` without one.
     named_services: dict[str, ServiceChild] | None = None
+    #: Whether the related Pods group is there at all (empty or not).
+    pods_related: bool = True
 
 
 def load_observed(
@@ -146,6 +148,7 @@ def load_observed(
         named_services=(
             typed(load_children(SERVICE_KEY, named), ServiceChild) if named is not None else None
         ),
+        pods_related=POD_KEY in related,
     )
 
 

@@ -38,20 +38,28 @@ def planned_groups() -> frozenset[str]:
 def related_rules(
     spec: ClusterSpec, uid: str | None, namespace: str | None = None
 ) -> list[Mapping[str, Any]]:
-    """The ``/customize`` answer for a valid spec: every part's rules, in registry order.
+    """The ``/customize`` answer for a valid spec: every part's rules, in registry order,
+    each scoped to the parent's ``namespace`` (when given).
 
-    Rules by ``names`` of one type become one rule, in the parent's ``namespace``:
-    Metacontroller (v4.17.2, ``customize/manager.go`` ``GetRelatedObjects``,
-    ``selectByNamespaceAndNames``) lists every object of that type in the rule's namespace
-    (without one: in *every* namespace) on each sync before it filters by name, once per
-    rule. A label rule stays as it is (Metacontroller lists it in the parent's namespace).
+    Rules by ``names`` of one type become one rule: Metacontroller (v4.17.2,
+    ``customize/manager.go`` ``GetRelatedObjects``, ``selectByNamespaceAndNames``) lists
+    every object of that type in the rule's namespace (without one: in *every* namespace) on
+    each sync before it filters by name, once per rule.
+
+    A label rule gets the namespace too (``selectByNamespaceAndLabels``): it lists the same
+    objects on a sync (``listObjects``, manager.go 614: ``Lister().Namespace(ns).List``, as
+    a plain label rule of a v1 hook does, 596), but on every related-object event
+    ``matchesRelatedRule`` compares the namespaces *before* it builds the selector
+    (manager.go 465-474), where a plain label rule builds and matches the selector first
+    (453-464): a Pod event in another namespace then costs each parent a string compare
+    instead of ``LabelSelectorAsSelector``.
     """
     rules: list[Mapping[str, Any]] = []
     by_name: dict[tuple[object, object], dict[str, Any]] = {}
     for part in PARTS:
         for rule in part.related_rules(spec, uid):
             if not rule.get("names"):
-                rules.append(rule)
+                rules.append({**rule, "namespace": namespace} if namespace else rule)
                 continue
             kind = (rule.get("apiVersion"), rule.get("resource"))
             merged = by_name.get(kind)

@@ -40,6 +40,13 @@ from hooks.domain.request import SyncRequest
 from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
 from hooks.parts.readonly_objects import is_read_only_service
 
+#: Why no member is seen when the request relates no Pods at all (not even an empty group).
+NO_POD_RULE = (
+    "Metacontroller related no Pods to this cluster: its cached customize answer for it "
+    "has no Pod rule (given while this install did not serve the cluster; it is asked "
+    "again when the spec changes, or within 20 minutes)"
+)
+
 
 def plan(context: PartContext) -> PartPlan:
     """The primary Service(s), ``status.primary``/``service`` and ``PrimaryRouted``."""
@@ -81,7 +88,10 @@ def plan(context: PartContext) -> PartPlan:
     else:
         children = [keep(obj) for _, obj in sorted(primaries.items())]
         primary = observed_primary(request)
-        message = f"{route.why}; {keeping_phrase(request)}"
+        why = route.why
+        if route.decision is Decision.NO_MEMBERS and not request.pods_related:
+            why = NO_POD_RULE
+        message = f"{why}; {keeping_phrase(request)}"
     status: dict[str, Any] = {} if primary is None else {"primary": primary}
     status["service"] = spec.service_name
     condition = Condition(

@@ -20,9 +20,10 @@ from hooks.core.cluster_event import event_for
 from hooks.core.outcome import SyncOutcome
 from hooks.core.probing import ProbePlan, apply_policy, plan_probes
 from hooks.core.routing import Decision
+from hooks.core.scope import serves
 from hooks.domain.members import MemberStatus
 from hooks.domain.request import SyncRequest
-from hooks.loaders.envelope import RequestError, load_customize_parent, load_sync_request
+from hooks.loaders.envelope import RequestError, load_customize_call, load_sync_request
 from hooks.patroni import Prober
 from hooks.shell import metrics
 from hooks.shell.config import HookSettings
@@ -96,16 +97,27 @@ def answer_sync(deps: Deps, request: SyncRequest, *, request_id: str, started: f
 
 
 def handle_customize(body: object, *, request_id: str) -> Reply:
-    """A customize call: every registered part's related-resource rules for a valid spec."""
+    """A customize call: every registered part's related-resource rules for a valid spec.
+
+    None for a parent the calling install never syncs (another shard's, see
+    :mod:`hooks.core.scope`): Metacontroller matches each parent's rules against every Pod
+    and Service event of the cluster on one goroutine, so another shard's rules cost
+    every install time on each event and buy nothing.
+    """
     try:
-        cluster, spec, uid = load_customize_parent(body)
+        cluster, spec, uid, scope = load_customize_call(body)
     except RequestError as error:
         return bad_request("customize", str(error), request_id)
+    if not serves(scope):
+        metrics.CUSTOMIZE_REPLIES.labels("other-shard").inc()
+        return Reply({"relatedResources": []})
     if spec is None:
         with bound(cluster=cluster, request_id=request_id, hook="customize"):
             log.warning("invalid spec: no related Pods until it is fixed")
+        metrics.CUSTOMIZE_REPLIES.labels("invalid-spec").inc()
         return Reply({"relatedResources": []})
     namespace = cluster.partition("/")[0]
+    metrics.CUSTOMIZE_REPLIES.labels("all").inc()
     return Reply({"relatedResources": parts.related_rules(spec, uid, namespace)})
 
 

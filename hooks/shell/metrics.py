@@ -52,6 +52,13 @@ SELECTOR_CONFLICTS = Counter(
     "Sync replies that did not route because another Pod carries the leader's "
     "statefulset.kubernetes.io/pod-name label (the Service would select two Pods).",
 )
+CUSTOMIZE_REPLIES = Counter(
+    "pgfh_customize_replies_total",
+    "Customize replies, by the rules they hold: all (the cluster's Pods and Services), "
+    "other-shard (none: the calling Metacontroller install does not serve the cluster), "
+    "invalid-spec (none until the spec is fixed).",
+    ["rules"],
+)
 INVALID_SPECS = Counter(
     "pgfh_invalid_specs_total",
     "Sync calls for a PostgreSQLCluster whose spec is invalid.",
