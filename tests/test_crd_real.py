@@ -485,6 +485,7 @@ NOT_CRD_DEFAULTS = {
     "spec.service.annotations": "empty",
     "spec.replicaService.labels": "empty",
     "spec.replicaService.annotations": "empty",
+    "spec.patroni.bootstrapLabels": "empty (no bootstrap labels: Patroni's default)",
     "spec.backup.resources": "empty",
     "spec.backup.resources.requests": "empty",
     "spec.backup.resources.limits": "empty",

@@ -10,7 +10,7 @@ annotation is then changed (what Patroni's Kubernetes DCS does every ``loop_wait
 
 * the shard's cluster is routed to the leader (its sync saw the member Pods) and stays so;
 * the other shard's cluster is never synced: no finalizer, no status, no Service;
-* the hook answered the full rules exactly once (the shard's cluster, generation 1); a real
+* the hook answered the full rules (the shard's cluster, generation 1: at least once); a real
   Metacontroller walks the other cluster on each Pod event (``findRelatedParents``) and asks
   customize for it, and the hook answers it no rules (``other-shard``), so that walk costs a
   cache lookup. (The stand-in walks only parents it has synced, so it never asks.)
@@ -135,7 +135,12 @@ def test_a_shard_routes_its_cluster_and_relates_nothing_for_another_shards(
             rest.get(resource_path("v1", "services", ns, f"{OTHER}-primary"))
         assert missing.value.status == 404
         grown = {k: v - before.get(k, 0.0) for k, v in customize_replies(hook).items()}
-        assert grown.get("all") == 1, grown
+        # At least once, not exactly once: a sync and a related-object event can both miss
+        # the cache for the same parent and generation and both call customize (Metacontroller's
+        # getCustomizeHookResponse, customize/manager.go 190-229: look up, call, Set, with no
+        # single flight; the stand-in's _rules likewise), which a loaded machine shows (3 in a
+        # full `make test`, 1 alone).
+        assert grown.get("all", 0.0) >= 1, grown
         if os.environ.get(ENV_BINARY):
             assert grown.get("other-shard", 0.0) >= 1, grown
         rest.delete(other_path)
