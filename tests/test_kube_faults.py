@@ -125,8 +125,13 @@ RESYNC_PERIOD = 15
 RESYNC_SPEC = {"resyncPeriodSeconds": RESYNC_PERIOD}
 #: The wait for routing after syncs failed: the next tick + one probe round + the hop.
 AFTER_FAILURES = RESYNC_PERIOD + PROBE_DEADLINE + SLICE_HOP
-#: client-go's reflector backoff (``NewExponentialBackoffManager(800ms, 30s, 2m, 2.0, 1.0)``).
-CLIENT_GO_BACKOFF_CAP = 30.0
+#: client-go's reflector backoff (``NewExponentialBackoffManager(800ms, 30s, 2m, 2.0, 1.0)``,
+#: tools/cache/reflector.go v0.36.3): each step is jittered by up to 100 % (jitter 1.0,
+#: ``wait.delay`` in apimachinery's backoff.go applies ``Jitter(duration, 1.0)`` to the capped
+#: 30 s too), so one sleep of kube-controller-manager's watches can last up to 60 s. Seen on
+#: the stand-in: the Service written 16.8 s after the server was back, the slice 27.5 s later;
+#: and once past the 48 s this bound had with 30 s.
+CLIENT_GO_BACKOFF_CAP = 30.0 * (1 + 1.0)
 #: What the new stand-in may take to list everything it watches (a few lists, idle server).
 STANDIN_START = 5.0
 #: Metacontroller as deploy/metacontroller-values.yaml runs it: 2 replicas, one leader.
