@@ -226,22 +226,16 @@ def load_sync_request(body: object, *, max_pods: int | None = None) -> SyncReque
 
 def load_customize_request(body: object) -> tuple[str, ClusterSpec | None]:
     """Check a customize request; return the cluster's ``namespace/name`` and its spec."""
-    cluster, spec, _ = load_customize_parent(body)
+    cluster, spec, _, _ = load_customize_call(body)
     return cluster, spec
-
-
-def load_customize_parent(body: object) -> tuple[str, ClusterSpec | None, str | None]:
-    """:func:`load_customize_request` plus the parent's ``metadata.uid`` (if it has one)."""
-    cluster, spec, uid, _ = load_customize_call(body)
-    return cluster, spec, uid
 
 
 def load_customize_call(
     body: object,
 ) -> tuple[str, ClusterSpec | None, str | None, CustomizeScope | None]:
-    """:func:`load_customize_parent` plus the :class:`CustomizeScope` of the call (``None``
-    when the request's controller or the parent's labels cannot be read: the caller then
-    answers full rules)."""
+    """:func:`load_customize_request` plus the parent's ``metadata.uid`` (if it has one) and
+    the :class:`CustomizeScope` of the call (``None`` when the request's controller or the
+    parent's labels cannot be read: the caller then answers full rules)."""
     if not isinstance(body, Mapping):
         raise RequestError(f"request body must be a JSON object, not {type(body).__name__}")
     try:
