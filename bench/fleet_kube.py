@@ -126,10 +126,13 @@ def status_annotation(role: str, beat: int) -> str:
 
 
 def member_pod(
-    index: int, member: int, namespace: str, pod_ip: str, *, leader: int, churn: bool
+    index: int, member: int, namespace: str, *, leader: int, churn: bool
 ) -> dict[str, Any]:
     """Member ``member`` of cluster ``index``: the labels ``primarySelector`` selects and the
-    StatefulSet's Pod name label; with ``churn`` Patroni's role label and status annotation."""
+    StatefulSet's Pod name label; with ``churn`` Patroni's role label and status annotation.
+    No readiness probe: the harness writes each Pod's status itself."""
+    from standin.kube_rig import patroni_pod
+
     name = cluster_name(index)
     labels = {
         "application": "patroni",
@@ -141,31 +144,14 @@ def member_pod(
         role = "primary" if member == leader else "replica"
         labels[ROLE_LABEL] = role
         annotations["status"] = status_annotation(role, 0)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": pod_name(index, member),
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": annotations,
-        },
-        "spec": {
-            "nodeName": "pgfh-fleet-node",
-            "automountServiceAccountToken": False,
-            "containers": [
-                {
-                    "name": "patroni",
-                    "image": "patroni",
-                    "ports": [
-                        {"name": "postgresql", "containerPort": 5432},
-                        {"name": "patroni", "containerPort": 8008},
-                    ],
-                }
-            ],
-        },
-        "_pod_ip": pod_ip,
-    }
+    return patroni_pod(
+        pod_name(index, member),
+        namespace,
+        labels,
+        annotations=annotations,
+        node="pgfh-fleet-node",
+        readiness=False,
+    )
 
 
 def pod_status(pod_ip: str, ready: bool) -> dict[str, Any]:
@@ -614,8 +600,7 @@ class Fleet:
         rest = self.rest()
         ns = self.ns(index)
         for member in range(MEMBERS):
-            pod = member_pod(index, member, ns, self.pod_ip(member), leader=0, churn=self.churn)
-            ip = pod.pop("_pod_ip")
+            pod = member_pod(index, member, ns, leader=0, churn=self.churn)
             deadline = time.monotonic() + 60
             while True:  # the namespace's default ServiceAccount may not exist yet
                 try:
@@ -626,7 +611,8 @@ class Fleet:
                         raise
                     time.sleep(0.2)
             rest.strategic_patch(
-                self.pod_path(index, member, "/status"), {"status": pod_status(ip, True)}
+                self.pod_path(index, member, "/status"),
+                {"status": pod_status(self.pod_ip(member), True)},
             )
         from controlplane.rest import resource_path
 

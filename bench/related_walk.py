@@ -59,6 +59,7 @@ from hooks.core.scope import serves
 from hooks.loaders.envelope import load_customize_call
 from hooks.shell.handler import handle_customize
 from standin.gunicorn import free_port
+from standin.kube_rig import patroni_pod
 from standin.kube_setup import MANAGER, apply_crds, local_controller
 from standin.metacontroller_binary import ENV_BINARY, MetacontrollerBinary, command_args
 
@@ -211,15 +212,8 @@ def parent_object(name: str, namespace: str, shard: int) -> dict[str, Any]:
 
 
 def pod_object(name: str, namespace: str, labels: Mapping[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
-        "spec": {
-            "automountServiceAccountToken": False,
-            "containers": [{"name": "patroni", "image": "patroni"}],
-        },
-    }
+    """An unscheduled Pod (no kubelet runs it: only its labels and changes matter here)."""
+    return patroni_pod(name, namespace, labels, node=None, readiness=False)
 
 
 @dataclass(frozen=True)

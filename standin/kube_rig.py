@@ -51,32 +51,53 @@ READINESS_PROBE: dict[str, Any] = {
 HOOK_ENV = {"PGFH_ALLOWED_POD_CIDRS": "198.18.0.0/24"}
 
 
-def member_pod(name: str, loopback: str, namespace: str) -> dict[str, Any]:
+def patroni_pod(
+    name: str,
+    namespace: str,
+    labels: Mapping[str, str],
+    *,
+    annotations: Mapping[str, str] | None = None,
+    node: str | None = NODE,
+    readiness: bool = True,
+) -> dict[str, Any]:
+    """A Patroni member Pod as the test beds create it: one ``patroni`` container with
+    PostgreSQL's and Patroni's ports, on ``node`` (``None``: unscheduled), with Patroni's
+    readiness probe when the rig's kubelet stand-in is to run it (``readiness``). The one
+    manifest the rig, ``bench.fleet_kube`` and ``bench.related_walk`` build their Pods from."""
+    container: dict[str, Any] = {
+        "name": "patroni",
+        "image": "patroni",
+        "ports": [
+            {"name": "postgresql", "containerPort": 5432},
+            {"name": "patroni", "containerPort": 8008},
+        ],
+    }
+    if readiness:
+        container["readinessProbe"] = READINESS_PROBE
+    spec: dict[str, Any] = {"automountServiceAccountToken": False, "containers": [container]}
+    if node is not None:
+        spec["nodeName"] = node
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {**PRIMARY_SELECTOR, POD_NAME_LABEL: name},
-            "annotations": {POD_IP_ANNOTATION: pod_ip(loopback)},
+            "labels": dict(labels),
+            "annotations": dict(annotations or {}),
         },
-        "spec": {
-            "nodeName": NODE,
-            "automountServiceAccountToken": False,
-            "containers": [
-                {
-                    "name": "patroni",
-                    "image": "patroni",
-                    "ports": [
-                        {"name": "postgresql", "containerPort": 5432},
-                        {"name": "patroni", "containerPort": 8008},
-                    ],
-                    "readinessProbe": READINESS_PROBE,
-                }
-            ],
-        },
+        "spec": spec,
     }
+
+
+def member_pod(name: str, loopback: str, namespace: str) -> dict[str, Any]:
+    """Member ``name`` of the rig's cluster, its Pod IP the one of ``loopback``."""
+    return patroni_pod(
+        name,
+        namespace,
+        {**PRIMARY_SELECTOR, POD_NAME_LABEL: name},
+        annotations={POD_IP_ANNOTATION: pod_ip(loopback)},
+    )
 
 
 def cluster_resource(namespace: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -54,7 +54,7 @@ def test_an_unknown_layout_is_refused_by_name() -> None:
 
 
 def test_a_member_pod_is_selected_by_its_parents_primary_selector_only() -> None:
-    pod = fleet_kube.member_pod(7, 1, "ns", "198.18.0.232", leader=0, churn=False)
+    pod = fleet_kube.member_pod(7, 1, "ns", leader=0, churn=False)
     own = fleet_kube.parent(7, "ns", 40000, 1.0)["spec"]["primarySelector"]
     other = fleet_kube.parent(8, "ns", 40001, 1.0)["spec"]["primarySelector"]
     labels = pod["metadata"]["labels"]
@@ -64,8 +64,8 @@ def test_a_member_pod_is_selected_by_its_parents_primary_selector_only() -> None
 
 
 def test_with_churn_the_pods_carry_patronis_role_label_and_status_annotation() -> None:
-    leader = fleet_kube.member_pod(3, 0, "ns", "198.18.0.231", leader=0, churn=True)
-    replica = fleet_kube.member_pod(3, 2, "ns", "198.18.0.233", leader=0, churn=True)
+    leader = fleet_kube.member_pod(3, 0, "ns", leader=0, churn=True)
+    replica = fleet_kube.member_pod(3, 2, "ns", leader=0, churn=True)
     assert leader["metadata"]["labels"]["role"] == "primary"
     assert replica["metadata"]["labels"]["role"] == "replica"
     status = json.loads(replica["metadata"]["annotations"]["status"])
