@@ -48,7 +48,7 @@ from typing import Any
 
 from bench.fakepatroni import HUNG, LEADER, REPLICA, fake_members
 from hooks.domain.members import MemberStatus, ProbeTarget
-from hooks.shell.config import PatroniTLS
+from hooks.probe.tls import PatroniTLS
 from tests.patroni_wire import patroni_body, read_request_head, response_head
 
 #: First loopback address of the TLS members (bench.fakepatroni's start at 127.0.0.40).

@@ -12,23 +12,14 @@ Metacontroller write the status again and again).
 Modelled on Patroni's own ``fetch_nodes_statuses`` (``patroni/ha.py``): fixed small
 timeouts, no retries (the next resync is the retry), a thread pool.
 
-The HTTP client is **requests** (HTTP/1.x and TLS are its and urllib3's, not ours), through
-its transport API: one :class:`requests.adapters.HTTPAdapter` per process, whose ``send``
-each probe calls with its prepared GET. No ``Session``: a Session's work per request is
-merging its settings with the environment's (proxies, netrc, a CA bundle: none may apply
-here), its cookie jar (a member's cookie must never travel to another member: with no jar
-there is none to travel) and redirects (never followed, nor looked at). So: no proxy, netrc
-or CA bundle from the environment, no redirect, no cookie, ``stream=True`` with a body read
-capped at ``max_body_bytes``, ``(connect, read)`` timeouts cut to what is left of the round.
-What the parsed answer means is :mod:`hooks.patroni_answer`'s, pure.
+The HTTP client is **requests**, through its transport API (:mod:`hooks.probe.transport`);
+what the parsed answer means is :mod:`hooks.loaders.patroni_answer`'s, pure.
 
-**The deadline is enforced here, not by the timeouts.** requests' read timeout bounds each
-``recv``: a member that sends a byte every 0.3 s is never "timed out". A round probes its
-first member in the calling (request) thread and every other one in a pool thread, all at
-once; at the deadline every probe still running has its socket shut down (:class:`_Probe`):
-the request thread's by the process's one :class:`_Cutter` thread, the pool's by the round
-itself. So a trickling or hung member holds a thread no longer than the round that asked
-it, and a pool thread is held at most one deadline per probe.
+**The deadline is enforced by cutting sockets, not by the timeouts** (a member that
+trickles a byte every 0.3 s is never "timed out"): a round probes its first member in the
+calling (request) thread and every other one in a pool thread, all at once; at the deadline
+every probe still running has its socket shut down (:mod:`hooks.probe.transport`). So a
+trickling or hung member holds a thread no longer than the round that asked it.
 
 **Fairness: a bound per round.** A round holds at most ``round_threads`` pool threads at
 once (16); each probe that ends starts the next member waiting. So the pool (``threads``,
@@ -40,45 +31,39 @@ failover was not followed). A healthy 64-member cluster's probes take millisecon
 so four waves of 16 cost it nothing noticeable. (The first member in the request thread
 saves its hand-off to the pool and back: a one-member round uses no pool thread at all.)
 
-TLS: one :class:`ssl.SSLContext` per set of files (:class:`TLSContexts`), verified against
-the CA bundle (``check_hostname``: the pod IP, or ``spec.patroni.tls.serverName`` as SNI and
-the name checked), with the client certificate; rebuilt when a file changes (inode, size or
-mtime), so a renewed Secret is used without a restart and without a context per connection.
+TLS (:mod:`hooks.probe.tls`): one :class:`ssl.SSLContext` per set of files, rebuilt when a
+file changes, so a renewed Secret is used without a restart.
+
+The machinery lives in :mod:`hooks.probe`; this module is the round and its public face. It
+imports nothing of the shell: :meth:`PatroniProber.from_settings` is handed the settings.
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-import heapq
-import ipaddress
-import itertools
 import logging
 import os
-import socket
-import ssl
 import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import requests
 import urllib3
-from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.util import Url
 
 from hooks.core.policy import ProbePolicy
 from hooks.domain.members import MemberStatus, ProbeTarget
-from hooks.domain.model import LEADER_PATHS, field_default
 from hooks.loaders.patroni_answer import head_verdict, status_from_body, too_large
-from hooks.shell.config import HookSettings, PatroniTLS
-from hooks.shell.probe_failures import describe_failure
+from hooks.probe.failures import describe_failure, timed_out
+from hooks.probe.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROBE_DEADLINE, ProberSettings
+from hooks.probe.targets import checked_url
+from hooks.probe.tls import PatroniTLS, TLSContexts
+from hooks.probe.transport import Cutter, InFlight, ProbeAdapter, ProbeFailure, running
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +74,6 @@ _CHECKED_URLS = 4096
 #: How long a round waits, after its deadline, for the probes it cut off to close their
 #: sockets (they do within a millisecond once their socket is shut down).
 _GRACE = 0.05
-#: Connection pools kept (one per member address and serverName; each only recycles a
-#: connection object: every probe closes its connection, as Patroni does).
-_POOLS = 1024
-#: Connection objects a pool keeps for reuse: as many as probes of one member can run at
-#: once in a process (a gunicorn worker's request threads). Past it, urllib3 logs "pool is
-#: full, discarding connection" at WARNING for every probe that ends: log noise, and a
-#: formatted log line's CPU on each.
-_POOL_SIZE = 32
 #: The request's headers, exactly (a Session's defaults would add Accept-Encoding, and
 #: ``Connection: keep-alive`` where Patroni closes every connection anyway).
 _HEADERS = {
@@ -112,349 +89,6 @@ class Prober(Protocol):
     def probe(self, targets: Sequence[ProbeTarget]) -> dict[str, MemberStatus]:
         """Ask every target; return one status per target's pod name."""
         ...
-
-
-class _Failure(Exception):
-    """A probe that failed with a reason already worked out (internal)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-# ---------------------------------------------------------------- one probe in flight
-
-
-class _Probe:
-    """One member's probe while it runs: its socket, so that the round can cut it off.
-
-    The worker attaches each socket it opens (:class:`_Connection`, :class:`_TLSSocket`);
-    the round calls :meth:`cut` at its deadline, which shuts the socket down: a ``recv``
-    blocked in another thread returns at once. Under the lock, so a socket is never shut
-    down after its probe has finished with it.
-    """
-
-    __slots__ = (
-        "_lock",
-        "_sock",
-        "connected",
-        "context",
-        "cut_off",
-        "done",
-        "ends_at",
-        "target",
-        "url",
-    )
-
-    def __init__(self, target: ProbeTarget, ends_at: float) -> None:
-        self.target = target
-        self.ends_at = ends_at
-        #: The target's URL, checked and parsed (the adapter picks the pool by it).
-        self.url: Url | None = None
-        #: The TLS context of an https probe (its files as they are now).
-        self.context: ssl.SSLContext | None = None
-        #: The TCP connection (and TLS handshake) is up: a timeout now is the read's.
-        self.connected = False
-        self.cut_off = False
-        #: The worker is done with it: nothing left to cut.
-        self.done = False
-        self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
-
-    def attach(self, sock: socket.socket) -> None:
-        """The probe now talks over ``sock``; shut it at once if the round has ended."""
-        with self._lock:
-            self._sock = sock
-            if self.cut_off:
-                _shutdown(sock)
-
-    def cut(self) -> None:
-        """The round has ended without this probe's answer: stop its I/O now."""
-        with self._lock:
-            self.cut_off = True
-            if self._sock is not None:
-                _shutdown(self._sock)
-
-    def finish(self) -> None:
-        """The worker is done with the probe (its sockets are closed or about to be)."""
-        with self._lock:
-            self._sock = None
-            self.done = True
-
-
-def _shutdown(sock: socket.socket) -> None:
-    # socket.socket's own shutdown, also for an SSLSocket: SSLSocket.shutdown would drop
-    # its SSL object under the thread that is reading with it.
-    with contextlib.suppress(OSError):  # closed already, or never connected
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
-class _Cutter:
-    """The thread that cuts request-thread probes off at their deadlines.
-
-    A pool thread's probe is cut by the round that waits for it; the probe a round runs in
-    its own thread has nobody else to do it, so it is :meth:`watch`ed here. One thread per
-    process, asleep until the earliest deadline of a probe still running: finished probes
-    are dropped when they come to the front, so under a steady load it wakes about once a
-    deadline, not once a probe. Bounded: it holds the probes of one deadline's worth of
-    rounds at most (each a few hundred bytes).
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._heap: list[tuple[float, int, _Probe]] = []
-        self._order = itertools.count()
-        self._thread: threading.Thread | None = None
-        self._stopped = False
-
-    def watch(self, probe: _Probe) -> None:
-        """Cut ``probe`` at its ``ends_at`` unless it has finished by then."""
-        with self._cond:
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="patroni-probe-cutter", daemon=True
-                )
-                self._thread.start()
-            heap = self._heap
-            # Woken only when the new deadline comes first: the usual case is a later one.
-            earlier = not heap or probe.ends_at < heap[0][0]
-            heapq.heappush(heap, (probe.ends_at, next(self._order), probe))
-            if earlier:
-                self._cond.notify()
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._heap.clear()
-            self._cond.notify()
-
-    def _run(self) -> None:
-        heap = self._heap
-        with self._cond:
-            while not self._stopped:
-                now = time.monotonic()
-                while heap and (heap[0][2].done or heap[0][0] <= now):
-                    probe = heapq.heappop(heap)[2]
-                    if not probe.done:
-                        probe.cut()
-                self._cond.wait(heap[0][0] - now if heap else None)
-
-
-#: The probe the current thread runs (the connection classes attach to it).
-_running = threading.local()
-
-
-def _current() -> _Probe | None:
-    probe: _Probe | None = getattr(_running, "probe", None)
-    return probe
-
-
-def _probe_here() -> _Probe:
-    probe = _current()
-    if probe is None:  # the adapter is the prober's own: only _exchange calls it
-        raise RuntimeError("no probe runs in this thread")
-    return probe
-
-
-class _TLSSocket(ssl.SSLSocket):
-    """An SSLSocket that is attached to its probe before the handshake starts.
-
-    ``SSLContext.sslsocket_class`` (public since Python 3.7) makes the context's
-    ``wrap_socket`` return this class: a member that trickles its handshake is cut off at
-    the round's deadline like one that trickles its answer.
-    """
-
-    def do_handshake(self, block: bool = False) -> None:
-        probe = _current()
-        if probe is not None:
-            probe.attach(self)
-        super().do_handshake(block)
-
-
-class _Connection(HTTPConnection):
-    def connect(self) -> None:
-        super().connect()
-        _connected(self.sock)
-
-
-class _TLSConnection(HTTPSConnection):
-    def connect(self) -> None:
-        super().connect()
-        _connected(self.sock)
-
-
-def _connected(sock: Any) -> None:
-    probe = _current()
-    if probe is not None and isinstance(sock, socket.socket):
-        probe.attach(sock)
-        probe.connected = True
-
-
-class _Pool(HTTPConnectionPool):
-    ConnectionCls = _Connection
-
-
-class _TLSPool(HTTPSConnectionPool):
-    ConnectionCls = _TLSConnection
-
-
-# ----------------------------------------------------------------------------- TLS
-
-
-class TLSContexts:
-    """One client :class:`ssl.SSLContext` for the files of a :class:`PatroniTLS`.
-
-    Built on first use, and again whenever a file's inode, size or mtime changes (a Secret
-    volume swaps a symlink to a new directory: a new inode), so a renewed CA bundle or client
-    certificate is used from the next probe on. Building costs 0.25 ms with a CA file,
-    0.8 ms with a client certificate, ~20 ms with the system roots: once per change, not
-    once per connection. A file that cannot be read or loaded is every https probe's
-    reason, naming the setting, until it is fixed.
-    """
-
-    def __init__(self, tls: PatroniTLS) -> None:
-        self.tls = tls
-        self._lock = threading.Lock()
-        self._built: tuple[tuple[object, ...], ssl.SSLContext | str] | None = None
-
-    def context(self) -> ssl.SSLContext:
-        """The context for the files as they are now; :class:`_Failure` if unusable."""
-        signature = self._signature()
-        if isinstance(signature, str):
-            raise _Failure(signature)
-        built = self._built
-        if built is None or built[0] != signature:
-            with self._lock:
-                built = self._built
-                if built is None or built[0] != signature:
-                    built = (signature, self._build())
-                    self._built = built
-        if isinstance(built[1], str):
-            raise _Failure(built[1])
-        return built[1]
-
-    def problem(self) -> str | None:
-        """Why https probes fail with these files, or ``None`` (start-up check)."""
-        try:
-            self.context()
-        except _Failure as failure:
-            return failure.reason
-        return None
-
-    def _files(self) -> list[tuple[str, str]]:
-        tls = self.tls
-        files = [("PGFH_PATRONI_CA_FILE", tls.ca_file)]
-        if tls.client_cert_file and tls.client_key_file:
-            files += [
-                ("PGFH_PATRONI_CLIENT_CERT_FILE", tls.client_cert_file),
-                ("PGFH_PATRONI_CLIENT_KEY_FILE", tls.client_key_file),
-            ]
-        return [(setting, path) for setting, path in files if path]
-
-    def _signature(self) -> tuple[object, ...] | str:
-        signature: list[object] = []
-        for setting, path in self._files():
-            try:
-                stat = os.stat(path)
-            except OSError as error:
-                return f"TLS: cannot read {setting} {path} ({error.strerror})"
-            signature.append((stat.st_ino, stat.st_size, stat.st_mtime_ns))
-        return tuple(signature)
-
-    def _build(self) -> ssl.SSLContext | str:
-        tls = self.tls
-        try:
-            context = ssl.create_default_context(cafile=tls.ca_file)
-        except (OSError, ssl.SSLError):
-            return f"TLS: no CA certificate could be loaded from PGFH_PATRONI_CA_FILE {tls.ca_file}"
-        if tls.client_cert_file and tls.client_key_file:
-            try:
-                context.load_cert_chain(tls.client_cert_file, tls.client_key_file)
-            except (OSError, ssl.SSLError):
-                return (
-                    "TLS: the client certificate could not be loaded "
-                    "(PGFH_PATRONI_CLIENT_CERT_FILE / PGFH_PATRONI_CLIENT_KEY_FILE)"
-                )
-        # check_hostname stays on (the default): OpenSSL checks the pod IP, or the
-        # serverName sent as SNI, while it verifies the chain. urllib3 only checks names
-        # itself when asked to assert another one, and it would switch check_hostname
-        # off on this shared context to do so.
-        context.sslsocket_class = _TLSSocket
-        return context
-
-
-# -------------------------------------------------------------------- requests glue
-
-
-class _Adapter(HTTPAdapter):
-    """requests' adapter with the probe's pool, TLS context and serverName, and cut-off sockets.
-
-    Only :meth:`PatroniProber._exchange` sends through it, for the probe of its thread, whose
-    URL is already checked and parsed: the pool comes from that (no proxy is ever looked up,
-    nor the URL parsed again). Every https pool gets the probe's :class:`ssl.SSLContext` and,
-    with a serverName, that name as ``server_hostname`` (SNI and the name OpenSSL checks);
-    both are part of urllib3's pool key, so a rotated context or another cluster's name gets
-    its own pools.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(pool_connections=_POOLS, pool_maxsize=_POOL_SIZE, max_retries=0)
-
-    def init_poolmanager(
-        self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any
-    ) -> None:
-        super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _Pool, "https": _TLSPool}
-
-    def get_connection_with_tls_context(
-        self,
-        request: requests.PreparedRequest,
-        verify: Any,
-        proxies: Mapping[str, str] | None = None,
-        cert: Any = None,
-    ) -> HTTPConnectionPool:
-        probe = _probe_here()
-        url = probe.url
-        if url is None or url.host is None:
-            raise RuntimeError("the probe's URL was not checked")
-        host = url.host.removeprefix("[").removesuffix("]")
-        pool: HTTPConnectionPool
-        if url.scheme != "https":
-            pool = self.poolmanager.connection_from_host(host, url.port, "http")
-            return pool
-        tls: dict[str, Any] = {"ssl_context": probe.context, "cert_reqs": "CERT_REQUIRED"}
-        if probe.target.server_name:
-            tls["server_hostname"] = probe.target.server_name
-        pool = self.poolmanager.connection_from_host(host, url.port, "https", pool_kwargs=tls)
-        return pool
-
-    def request_url(self, request: requests.PreparedRequest, proxies: Any) -> str:
-        """The path: never a proxy (requests' own looks one up in ``proxies``)."""
-        url = _probe_here().url
-        return url.path if url is not None and url.path else "/"
-
-    def build_response(self, req: requests.PreparedRequest, resp: Any) -> requests.Response:
-        """The status and the raw urllib3 response, which the prober reads itself.
-
-        requests' own also copies the headers into a dict of its own, works out a text
-        encoding and extracts cookies into a jar: none of which the prober uses (it reads
-        ``raw.headers``), and the cookies must never be kept anyway.
-        """
-        response = requests.Response()
-        response.status_code = resp.status
-        response.raw = resp
-        response.reason = resp.reason
-        response.url = req.url or ""
-        response.request = req
-        response.connection = self
-        return response
-
-    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
-        """Nothing per connection: the context holds the CA bundle and client certificate.
-
-        requests' own would set a CA file on the pool (its certifi bundle at least), which
-        urllib3 then loads into the shared context for every connection.
-        """
 
 
 # ------------------------------------------------------------------------ the prober
@@ -475,14 +109,14 @@ os.register_at_fork(after_in_child=_after_fork)
 @dataclass(frozen=True, slots=True)
 class _Pools:
     executor: ThreadPoolExecutor
-    adapter: _Adapter
-    cutter: _Cutter
+    adapter: ProbeAdapter
+    cutter: Cutter
 
 
 class PatroniProber:
     """Concurrent, bounded probes through :mod:`requests` in a thread pool.
 
-    The defaults are :class:`~hooks.shell.config.HookSettings`' (the operator's ``PGFH_*``).
+    The defaults are the operator's ``PGFH_*`` defaults (``HookSettings`` uses the same).
     Any number of request threads may call :meth:`probe` at once; the pool, the cutter
     and the adapter are made on first use in the process that uses them (gunicorn forks).
 
@@ -504,8 +138,8 @@ class PatroniProber:
     def __init__(
         self,
         *,
-        deadline: float = field_default(HookSettings, "probe_deadline"),
-        max_body_bytes: int = field_default(HookSettings, "max_probe_body_bytes"),
+        deadline: float = DEFAULT_PROBE_DEADLINE,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         policy: ProbePolicy | None = None,
         tls: PatroniTLS | None = None,
         threads: int = 256,
@@ -526,7 +160,7 @@ class PatroniProber:
         _probers.add(self)
 
     @classmethod
-    def from_settings(cls, settings: HookSettings) -> PatroniProber:
+    def from_settings(cls, settings: ProberSettings) -> PatroniProber:
         """The prober the hook runs with these settings (the app and the benchmarks).
 
         Unusable TLS files are logged here, once, as well as being every https probe's
@@ -568,8 +202,8 @@ class PatroniProber:
             if self._pools is None:
                 self._pools = _Pools(
                     ThreadPoolExecutor(self.threads, thread_name_prefix="patroni-probe"),
-                    _Adapter(),
-                    _Cutter(),
+                    ProbeAdapter(),
+                    Cutter(),
                 )
             return self._pools
 
@@ -594,7 +228,7 @@ class PatroniProber:
         pool, at most ``round_threads`` of them at once (each finished probe starts the next
         one waiting): one cluster's hung members hold no more of the pool than that."""
         first, *rest = targets
-        probes = {target.pod: _Probe(target, ends_at) for target in rest}
+        probes = {target.pod: InFlight(target, ends_at) for target in rest}
         waiting = deque(rest)
         futures: dict[str, Future[MemberStatus]] = {}
         lock = threading.Lock()
@@ -615,7 +249,7 @@ class PatroniProber:
             for _ in range(min(self.round_threads, len(rest))):
                 start_next()
             # The first member in this thread, meanwhile; the cutter ends it at the deadline.
-            here = _Probe(first, ends_at)
+            here = InFlight(first, ends_at)
             pools.cutter.watch(here)
             statuses = {first.pod: self._ask(here)}
             while rest:
@@ -662,34 +296,34 @@ class PatroniProber:
             return future.result()
         return MemberStatus.unknown(pod, self._late)
 
-    def _ask(self, probe: _Probe) -> MemberStatus:
+    def _ask(self, probe: InFlight) -> MemberStatus:
         """One member's probe, in a pool thread or the round's own; never raises."""
         target = probe.target
         if probe.cut_off:
             return MemberStatus.unknown(target.pod, self._late)
-        _running.probe = probe
+        running.probe = probe
         answered = [False]
         try:
             return self._exchange(probe, answered)
         except Exception as error:
             return MemberStatus.unknown(target.pod, self._reason(error, probe, answered[0]))
         finally:
-            _running.probe = None
+            running.probe = None
             probe.finish()
 
-    def _reason(self, error: Exception, probe: _Probe, answered: bool) -> str:
-        if isinstance(error, _Failure):
+    def _reason(self, error: Exception, probe: InFlight, answered: bool) -> str:
+        if isinstance(error, ProbeFailure):
             return error.reason
-        timed_out = _timed_out(error)
-        if probe.cut_off or (timed_out and time.monotonic() >= probe.ends_at):
+        late = timed_out(error)
+        if probe.cut_off or (late and time.monotonic() >= probe.ends_at):
             # Cut off, or a timeout cut to what was left of the round: the round's
             # deadline, one reason for the same member whatever ran out first.
             return self._late
-        if timed_out:
+        if late:
             return "read timeout" if probe.connected else "connect timeout"
         return describe_failure(error, probe.target, in_body=answered)
 
-    def _exchange(self, probe: _Probe, answered: list[bool]) -> MemberStatus:
+    def _exchange(self, probe: InFlight, answered: list[bool]) -> MemberStatus:
         target = probe.target
         refused, url, request = self._check(target.url)
         if url is None or request is None:
@@ -713,7 +347,7 @@ class PatroniProber:
             # One request per connection, as Patroni does: nothing half-read is kept.
             response.close()
 
-    def _read(self, probe: _Probe, response: requests.Response) -> MemberStatus:
+    def _read(self, probe: InFlight, response: requests.Response) -> MemberStatus:
         target, cap, code = probe.target, self.max_body_bytes, response.status_code
         raw: urllib3.HTTPResponse = response.raw
         verdict = head_verdict(
@@ -745,7 +379,7 @@ class PatroniProber:
         # (preparing one is a fifth of a probe's CPU).
         checked = self._checked.get(url)
         if checked is None:
-            refused, parsed = _checked(url, self.policy)
+            refused, parsed = checked_url(url, self.policy)
             request = None
             if parsed is not None:
                 request = requests.Request("GET", url, headers=_HEADERS).prepare()
@@ -754,71 +388,3 @@ class PatroniProber:
                 self._checked.clear()
             self._checked[url] = checked
         return checked
-
-
-def _timed_out(error: BaseException) -> bool:
-    """Whether a timeout (requests', urllib3's or the socket's) is in ``error``'s chain."""
-    seen: set[int] = set()
-    queue: list[BaseException] = [error]
-    while queue and len(seen) < 32:
-        current = queue.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, requests.Timeout | TimeoutError) or (
-            # urllib3's NewConnectionError is a ConnectTimeoutError: a refusal is not one.
-            isinstance(current, urllib3.exceptions.TimeoutError)
-            and not isinstance(current, urllib3.exceptions.NewConnectionError)
-        ):
-            return True
-        queue.extend(arg for arg in current.args if isinstance(arg, BaseException))
-        for linked in (getattr(current, "reason", None), current.__cause__, current.__context__):
-            if isinstance(linked, BaseException):
-                queue.append(linked)
-    return False
-
-
-def target_problem(url: str, policy: ProbePolicy | None) -> str | None:
-    """Why ``url`` must not be requested, or ``None``; nothing is sent for a refused URL.
-
-    Targets are built by :func:`hooks.probing.plan_probes` from a Pod IP, the spec's port and
-    a leader path, so none of this should ever trip. It is checked here, on the exact URL
-    about to be requested, so that no other code path can make the hook request a
-    hostname (DNS, and whatever it resolves to), credentials, a query, or another path.
-    """
-    return _checked(url, policy)[0]
-
-
-def _checked(url: str, policy: ProbePolicy | None) -> tuple[str | None, Url | None]:
-    """:func:`target_problem`, and the parsed URL when there is none."""
-    try:
-        parsed = urllib3.util.parse_url(url)
-    except urllib3.exceptions.LocationParseError:
-        return "refused: not a valid URL", None
-    if parsed.scheme not in ("http", "https"):
-        return "refused: scheme is not http or https", None
-    if parsed.auth or parsed.query is not None or parsed.fragment is not None:
-        return "refused: URL carries credentials, a query or a fragment", None
-    if parsed.path not in LEADER_PATHS:
-        return "refused: path is not one of Patroni's leader paths", None
-    host = (parsed.host or "").removeprefix("[").removesuffix("]")
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return "refused: host is not an IP address", None
-    if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
-        return "refused: host is not an IP address", None
-    if parsed.port is None:
-        return "refused: no port", None
-    if url != f"{parsed.scheme}://{parsed.host}:{parsed.port}{parsed.path}":
-        # parse_url normalises ("/../primary" → "/primary", case, ...): only a URL that
-        # is already in that form is requested, so what was checked is what is sent.
-        return "refused: URL is not in canonical form", None
-    if policy is not None:
-        port = policy.port_problem(parsed.port)
-        if port is not None:
-            return f"refused: {port}", None
-        address = policy.address_problem(ip)
-        if address is not None:
-            return address, None
-    return None, parsed

@@ -49,7 +49,7 @@ PURE = {
 #: What no pure layer may reach, whatever else its contract adds.
 PURE_FORBIDS = {
     "flask", "werkzeug", "gunicorn", "requests", "urllib3", "kubernetes",
-    "hooks.patroni", PLUGIN, "os", "posix", "sys", "importlib", "socket", "time", "logging",
+    "hooks.patroni", "hooks.probe", PLUGIN, "os", "posix", "sys", "importlib", "socket", "time", "logging",
 }  # fmt: skip
 
 
@@ -104,7 +104,7 @@ def test_the_folders_and_the_contracts_match_one_to_one() -> None:
 
 
 def test_the_layers_are_the_ones_the_design_card_names() -> None:
-    assert set(_layers()) == {*PURE, "shell", "patroni", PLUGIN}
+    assert set(_layers()) == {*PURE, "shell", "patroni", "probe", PLUGIN}
 
 
 # =============================================================== cannot shrink
@@ -126,8 +126,12 @@ def test_no_contract_is_weakened() -> None:
     assert {"flask", "werkzeug", "gunicorn", "hooks.shell", "hooks.patroni"} <= set(
         contracts[PLUGIN]["forbidden_modules"]
     )
-    assert {"flask", "kubernetes", "hooks.sync", "hooks.shell.app"} <= set(
+    # The prober and its machinery are handed their settings: nothing of the shell.
+    assert {"flask", "kubernetes", "hooks.sync", "hooks.shell"} <= set(
         contracts["patroni"]["forbidden_modules"]
+    )
+    assert {"flask", "kubernetes", "hooks.sync", "hooks.shell", "hooks.patroni"} <= set(
+        contracts["probe"]["forbidden_modules"]
     )
 
 
@@ -177,6 +181,9 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("hooks/parts/readonly.py", "from os import environ", "os", "parts"),
         ("hooks/parts/backup.py", "from hooks.shell import config", "hooks.shell.config", "parts"),
         ("hooks/patroni.py", "import flask", "flask", "patroni"),
+        ("hooks/patroni.py", "from hooks.shell import config", "hooks.shell.config", "patroni"),
+        ("hooks/probe/tls.py", "from hooks.shell import config", "hooks.shell.config", "probe"),
+        ("hooks/probe/transport.py", "from hooks import patroni", "hooks.patroni", "probe"),
         ("pgfh_plugin/cli.py", "import flask", "flask", PLUGIN),
         ("hooks/shell/app.py", "from pgfh_plugin import report", "pgfh_plugin.report", "shell"),
     ],

@@ -29,7 +29,8 @@ import pytest
 from hooks.core.policy import ProbePolicy, parse_networks, parse_ports
 from hooks.domain.members import ProbeTarget, ProbeVerdict
 from hooks.patroni import PatroniProber
-from hooks.shell.config import HookSettings, PatroniTLS
+from hooks.probe.tls import PatroniTLS
+from hooks.shell.config import HookSettings
 from tests.certs import Pair, TestCA
 from tests.patroni_wire import patroni_body, read_request_head, response_head
 

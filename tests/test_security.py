@@ -36,10 +36,12 @@ from hooks.domain.members import MemberStatus, ProbeTarget
 from hooks.domain.model import ResyncTiming
 from hooks.loaders.envelope import load_sync_request
 from hooks.loaders.jsonbody import bracket_skeleton, nesting_problem
-from hooks.patroni import PatroniProber, target_problem
+from hooks.patroni import PatroniProber
+from hooks.probe.targets import target_problem
+from hooks.probe.tls import PatroniTLS
 from hooks.shell import auth as auth_module
 from hooks.shell.app import create_app
-from hooks.shell.config import AuthSettings, HookSettings, PatroniTLS, ServerTLS
+from hooks.shell.config import AuthSettings, HookSettings, ServerTLS
 from standin.gunicorn import GunicornHook, gunicorn_hook
 from tests import fakes
 from tests.certs import Pair, TestCA

@@ -16,6 +16,8 @@ from typing import TypeVar
 from hooks.core.policy import ProbePolicy, parse_networks, parse_ports
 from hooks.domain.model import ResyncTiming
 from hooks.loaders.jsonbody import MAX_JSON_DEPTH
+from hooks.probe.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROBE_DEADLINE
+from hooks.probe.tls import PatroniTLS
 
 T = TypeVar("T")
 
@@ -58,28 +60,14 @@ class ServerTLS:
 
 
 @dataclass(frozen=True, slots=True)
-class PatroniTLS:
-    """How ``https`` members are verified, and the certificate the hook presents to them.
-
-    For Patroni's ``restapi.verify_client: required`` the hook needs a client certificate
-    its ``restapi.cafile`` trusts. Files come from a mounted Secret.
-    """
-
-    #: CA bundle that signs the members' REST API certificates (``None``: system CAs).
-    ca_file: str | None = None
-    client_cert_file: str | None = None
-    client_key_file: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class HookSettings:
     """Settings of one hook process."""
 
     #: Overall bound of one probe round (all members, concurrently). It must stay well
     #: below the CompositeController's webhook timeout (5 s in our manifest).
-    probe_deadline: float = 2.0
+    probe_deadline: float = DEFAULT_PROBE_DEADLINE
     #: Largest Patroni response body we read; Patroni's own answers are about 1 KiB.
-    max_probe_body_bytes: int = 64 * 1024
+    max_probe_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     #: Largest sync request accepted (``PGFH_MAX_REQUEST_BYTES``). Unset, it follows the
     #: members cap (:func:`request_cap`): a cluster the hook would probe always fits, and
     #: every request thread can hold one at once within the pod's memory limit

@@ -12,6 +12,9 @@ from __future__ import annotations
 import http.client
 import ssl
 
+import requests
+import urllib3
+
 from hooks.domain.members import ProbeTarget
 
 #: OpenSSL verification codes (X509_V_ERR_*) that mean "not signed by a CA we trust".
@@ -107,3 +110,25 @@ def _reason_of(error: BaseException, target: ProbeTarget) -> str | None:
     if isinstance(error, TimeoutError):
         return "read timeout"
     return None
+
+
+def timed_out(error: BaseException) -> bool:
+    """Whether a timeout (requests', urllib3's or the socket's) is in ``error``'s chain."""
+    seen: set[int] = set()
+    queue: list[BaseException] = [error]
+    while queue and len(seen) < 32:
+        current = queue.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, requests.Timeout | TimeoutError) or (
+            # urllib3's NewConnectionError is a ConnectTimeoutError: a refusal is not one.
+            isinstance(current, urllib3.exceptions.TimeoutError)
+            and not isinstance(current, urllib3.exceptions.NewConnectionError)
+        ):
+            return True
+        queue.extend(arg for arg in current.args if isinstance(arg, BaseException))
+        for linked in (getattr(current, "reason", None), current.__cause__, current.__context__):
+            if isinstance(linked, BaseException):
+                queue.append(linked)
+    return False
