@@ -94,18 +94,14 @@ def _route(
     for plan in optional:
         status.update(plan.status)
     status["switchoverDetection"] = detection.detection.value
-    status["conditions"] = stamped(
-        request,
-        now,
-        [
-            replace(routed, type=CONDITION_READY),
-            routed,
-            *member_conditions(members, spec),
-            SPEC_ACCEPTED,
-            *(plan.condition for plan in optional if plan.condition is not None),
-            detection.condition,
-        ],
-    )
+    conditions = [
+        replace(routed, type=CONDITION_READY),
+        routed,
+        *member_conditions(members, spec),
+        SPEC_ACCEPTED,
+        *(plan.condition for plan in optional if plan.condition is not None),
+        detection.condition,
+    ]
     children = [child for plan in (primary, *optional) for child in plan.children]
     children += _unplanned(request, keep)
     # The primary part may overrule the route: a Service outside this controller.
@@ -121,10 +117,10 @@ def _route(
             spec, timing, detection, key=request.uid or request.cluster, now=_seconds(now)
         )
     )
-    body = {"status": status, "children": children, "resyncAfterSeconds": resync}
-    previous = observed_primary(request)
-    now_primary = primary.status.get("primary")
-    return SyncOutcome(body, decision, routed.message, previous, now_primary)
+    return _reply(
+        request, now, status, conditions, children, decision, routed.message,
+        resync=resync, primary=primary.status.get("primary"),
+    )  # fmt: skip
 
 
 def _finalize(request: SyncRequest, now: datetime) -> SyncOutcome:
@@ -140,29 +136,24 @@ def _finalize(request: SyncRequest, now: datetime) -> SyncOutcome:
         if remaining
         else "Deleting: all child objects are gone"
     )
-    status = _previous_status(request)
-    status["conditions"] = stamped(
-        request,
-        now,
-        [
-            Condition(CONDITION_READY, "False", Decision.FINALIZING.value, message),
-            *kept(
-                request,
-                (
-                    CONDITION_ROUTED,
-                    CONDITION_MEMBERS,
-                    CONDITION_NAME_GUARD,
-                    CONDITION_SPEC,
-                    *_optional_conditions(),
-                ),
+    conditions = [
+        Condition(CONDITION_READY, "False", Decision.FINALIZING.value, message),
+        *kept(
+            request,
+            (
+                CONDITION_ROUTED,
+                CONDITION_MEMBERS,
+                CONDITION_NAME_GUARD,
+                CONDITION_SPEC,
+                *_optional_conditions(),
             ),
-        ],
-    )
-    body: dict[str, Any] = {"status": status, "children": [], "finalized": remaining == 0}
-    if remaining:
-        body["resyncAfterSeconds"] = 1.0
-    previous = observed_primary(request)
-    return SyncOutcome(body, Decision.FINALIZING, message, previous, previous)
+        ),
+    ]
+    return _reply(
+        request, now, _previous_status(request), conditions, [], Decision.FINALIZING, message,
+        finalized=remaining == 0, resync=1.0 if remaining else None,
+        primary=observed_primary(request),
+    )  # fmt: skip
 
 
 def _invalid_spec(request: SyncRequest, now: datetime, timing: ResyncTiming) -> SyncOutcome:
@@ -173,21 +164,17 @@ def _invalid_spec(request: SyncRequest, now: datetime, timing: ResyncTiming) -> 
     status.pop("members", None)
     status.pop("membersAnswered", None)
     invalid = Decision.INVALID_SPEC.value
-    status["conditions"] = stamped(
-        request,
-        now,
-        [
-            Condition(CONDITION_READY, "False", invalid, f"Invalid spec: {problems}"),
-            Condition(
-                CONDITION_ROUTED,
-                "Unknown",
-                invalid,
-                f"Routing is frozen until the spec is fixed; {keeping_phrase(request)}",
-            ),
-            Condition(CONDITION_SPEC, "False", SpecReason.INVALID.value, problems),
-            *kept(request, _optional_conditions()),
-        ],
-    )
+    conditions = [
+        Condition(CONDITION_READY, "False", invalid, f"Invalid spec: {problems}"),
+        Condition(
+            CONDITION_ROUTED,
+            "Unknown",
+            invalid,
+            f"Routing is frozen until the spec is fixed; {keeping_phrase(request)}",
+        ),
+        Condition(CONDITION_SPEC, "False", SpecReason.INVALID.value, problems),
+        *kept(request, _optional_conditions()),
+    ]
     keep: Keep = functools.partial(preserved, namespace=request.namespace)
     children = [keep(obj) for _, obj in sorted(request.services.items())]
     children += [
@@ -196,9 +183,39 @@ def _invalid_spec(request: SyncRequest, now: datetime, timing: ResyncTiming) -> 
         for _, obj in sorted(group.items())
     ]
     resync = timing.refused if request.refused_by_policy else timing.healthy
-    body = {"status": status, "children": children, "resyncAfterSeconds": resync}
-    previous = observed_primary(request)
-    return SyncOutcome(body, Decision.INVALID_SPEC, problems, previous, previous)
+    return _reply(
+        request, now, status, conditions, children, Decision.INVALID_SPEC, problems,
+        resync=resync, primary=observed_primary(request),
+    )  # fmt: skip
+
+
+def _reply(
+    request: SyncRequest,
+    now: datetime,
+    status: dict[str, Any],
+    conditions: list[Condition],
+    children: list[dict[str, Any]],
+    decision: Decision,
+    message: str,
+    *,
+    resync: float | None,
+    finalized: bool | None = None,
+    primary: str | None,
+) -> SyncOutcome:
+    """The one builder of a reply, which each outcome feeds with only what differs.
+
+    The conditions are stamped here (a transition time moves only with its status); the
+    body's keys keep one order (status, children, finalized, resyncAfterSeconds), so a
+    reply's bytes do not depend on which outcome built it. ``primary``: the Pod the
+    Service selects after this reply (the observed one where the outcome does not route).
+    """
+    status["conditions"] = stamped(request, now, conditions)
+    body: dict[str, Any] = {"status": status, "children": children}
+    if finalized is not None:
+        body["finalized"] = finalized
+    if resync is not None:
+        body["resyncAfterSeconds"] = resync
+    return SyncOutcome(body, decision, message, observed_primary(request), primary)
 
 
 # ------------------------------------------------------------------ small helpers

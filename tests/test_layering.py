@@ -49,7 +49,8 @@ PURE = {
 #: What no pure layer may reach, whatever else its contract adds.
 PURE_FORBIDS = {
     "flask", "werkzeug", "gunicorn", "requests", "urllib3", "kubernetes",
-    "hooks.patroni", "hooks.probe", PLUGIN, "os", "posix", "sys", "importlib", "socket", "time", "logging",
+    "hooks.patroni", "hooks.probe", PLUGIN,
+    "os", "posix", "sys", "importlib", "socket", "time", "logging",
 }  # fmt: skip
 
 
