@@ -1,6 +1,6 @@
 """The cases where routing cannot be confirmed: one table for every child part's tests.
 
-tests/test_sync.py runs each row through the strict oracle of the primary Service (the
+tests/test_sync_*.py runs each row through the strict oracle of the primary Service (the
 observed Service kept exactly, the row's reason, the degraded resync);
 tests/test_replicas.py and tests/test_backup.py run the same rows for the read-only objects
 and the CronJob.

@@ -146,7 +146,7 @@ def fed_back(body: Mapping[str, Any], outcome: SyncOutcome) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------ plain-dict builders
-# Added for the unit tests of the decision core (tests/test_sync.py, test_schemas.py):
+# Added for the unit tests of the decision core (tests/test_sync_*.py, test_schemas.py):
 # small, literal Kubernetes objects shaped like the recorded fixtures, without the
 # bulk (managedFields, container specs) that the decision never reads.
 

@@ -3,13 +3,13 @@
 Test design notes
 -----------------
 * Plain dicts only, through the app's pipeline minus HTTP (load → plan probes → a fake
-  prober that plays Patroni → reconcile), like tests/test_sync.py. Observed children are
+  prober that plays Patroni → reconcile), like tests/test_sync_*.py. Observed children are
   made by applying the hook's own desired objects with the Metacontroller stand-in, so they
   carry exactly what Metacontroller and the API server add.
 * Member states are built from Patroni 4.1 bodies whose only varying parts are the ones the
   rule reads (role, state, replication_state, replayed location, patroni name and scope);
   the leader is always at ``LEADER_AT`` so a replica's lag is stated directly.
-* The doubt cases reuse tests/test_sync.py's table of primary doubts, plus the doubts that
+* The doubt cases reuse tests/test_sync_routing.py's table of primary doubts, plus the doubts that
   are specific to replicas; every one must keep the observed read-only objects exactly.
 * Invariants over every scenario: nothing observed is dropped outside finalize, the
   primary Service and the read-only endpoints never share a Pod (except ``UseLeader``), no

@@ -8,7 +8,7 @@ Test design notes
   into a :class:`SyncRequest` with ``spec=None`` and a :class:`SpecProblem` naming the
   exact dotted field, never raise.
 * The invalid-spec table (``tests.helpers.INVALID_SPECS``) is shared with
-  ``tests/test_sync.py``, which checks what the *reply* does with the same inputs.
+  ``tests/test_sync_*.py``, which checks what the *reply* does with the same inputs.
 * Messages are matched on the part a human needs (the field path, the offending key),
   not on marshmallow's exact wording, so a library upgrade that rewords a message does
   not break the tests while a wrong field path does.

@@ -513,7 +513,7 @@ def test_the_healthy_resync(
     pods = k8s_dcs_pods(P0) if labels else [member_pod(n, None) for n in NAMES]
     outcome = run(pods, healthy(P0), switchover=switchover, timing=timing)
     assert detection(outcome)[0] == ("RoleLabel" if labels else "Polled")
-    # The period, phase-spread (tests/test_sync.py has the spread's own tests).
+    # The period, phase-spread (tests/test_sync_regressions.py has the spread's own tests).
     assert outcome.body["resyncAfterSeconds"] == max(spread(expected, NOW), timing.degraded)
 
 
