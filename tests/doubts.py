@@ -2,7 +2,7 @@
 
 tests/test_sync_*.py runs each row through the strict oracle of the primary Service (the
 observed Service kept exactly, the row's reason, the degraded resync);
-tests/test_replicas.py and tests/test_backup.py run the same rows for the read-only objects
+tests/test_replicas_*.py and tests/test_backup.py run the same rows for the read-only objects
 and the CronJob.
 """
 

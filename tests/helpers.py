@@ -26,7 +26,7 @@ from hooks.sync import reconcile
 from tests.patroni_wire import patroni_body
 
 #: For tests of what the hook answers, not of who may ask: the app's default requires a
-#: bearer token (tests/test_security.py covers that).
+#: bearer token (tests/test_security_*.py covers that).
 NO_AUTH = AuthSettings(mode="none")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "metacontroller"

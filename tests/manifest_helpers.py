@@ -1,6 +1,6 @@
 """Support for the manifest tests: where the manifests are, rendering, lookups, schema walks.
 
-tests/test_manifests.py and the other offline checks of what a cluster admin applies
+tests/test_manifests_*.py and the other offline checks of what a cluster admin applies
 (test_rbac.py, test_sharding.py, test_upgrade.py, test_admission_policy.py,
 test_backup.py, test_backup_privileges.py, test_emitted_children.py,
 test_crd_spec_fields.py, test_packaging.py, test_switchover.py) share these, so they live

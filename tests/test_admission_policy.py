@@ -14,7 +14,7 @@ Test design notes:
   question, so the tests also prove what is asked (and that nothing is asked when nothing
   needs checking).
 * cel-python evaluates without Kubernetes' type checker; the manifests are also validated
-  against the Kubernetes OpenAPI schemas (tests/test_manifests.py), and a negative control
+  against the Kubernetes OpenAPI schemas (tests/test_manifests_*.py), and a negative control
   proves a broken expression fails the compile step here.
 """
 

@@ -15,7 +15,7 @@
 * ``kubectl get pgc`` (the pinned kubectl) shows the README's columns from a status written
   through the subresource.
 
-The offline checks (tests/test_manifests.py, tests/test_crd_spec_fields.py) stay as the fast first
+The offline checks (tests/test_manifests_*.py, tests/test_crd_spec_fields.py) stay as the fast first
 line; where they and this server disagree, the server is right.
 """
 

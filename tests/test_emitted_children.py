@@ -3,7 +3,7 @@
 Test design: the children the hook *emits* are Kubernetes objects too: sample replies
 (every child kind, every shape: the primary and read-only Services, a listed slice, an
 empty one, IPv6, a suspended CronJob) are rendered from the full example CR and validated
-with kubernetes-validate, strict, against every Kubernetes version tests/test_manifests.py
+with kubernetes-validate, strict, against every Kubernetes version tests/test_manifests_*.py
 validates the rendered manifests for. A negative control proves the strict check fails on
 an unknown field.
 """

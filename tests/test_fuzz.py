@@ -11,7 +11,7 @@ Test design notes
 * The app is ``create_app`` with a :class:`tests.helpers.FakeProber` (no I/O): the
   recorded members answer as Patroni would (pg-orders-1 leads), any other pod name is
   unreachable. Caller authentication is off here (what is fuzzed is everything behind
-  it; tests/test_security.py covers the authentication itself).
+  it; tests/test_security_*.py covers the authentication itself).
 * Properties, for every request (:func:`check`):
 
   1. never a 500, and the app's internal-error path was not taken (its metric did not

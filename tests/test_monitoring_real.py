@@ -12,7 +12,7 @@ test is that the series kube-state-metrics really exports satisfy the rules, not
 
 Not here: a SIGKILL of a real member (that needs the Metacontroller stand-in on the real API
 server driving the hook), and the dashboard's panels over the hook's and Metacontroller's own
-metrics (tests/test_monitoring.py checks those names offline; test_prometheus_failover.py
+metrics (tests/test_monitoring_*.py checks those names offline; test_prometheus_failover.py
 scrapes the hook for real).
 """
 

@@ -1,6 +1,6 @@
 """Unit tests of :mod:`hooks.loaders.observed`: each observed object's typed value, field by field.
 
-The pipeline tests (tests/test_sync_*.py, test_replicas.py, test_backup.py, test_reply_bytes.py)
+The pipeline tests (tests/test_sync_*.py, test_replicas_*.py, test_backup.py, test_reply_bytes.py)
 read these values through the decisions; here every attribute is pinned on its own: the name
 each value carries, the last-applied record every kind of child keeps, and what free input
 that is not of the expected type becomes (``None``, never the junk itself).

@@ -1,6 +1,6 @@
 """deploy/sharding/: K CompositeControllers, K Metacontroller installs, one admission policy.
 
-Validated offline like the rest of deploy/ (tests/test_manifests.py): rendered with
+Validated offline like the rest of deploy/ (tests/test_manifests_*.py): rendered with
 kustomize, every object against Kubernetes' schemas (the ValidatingAdmissionPolicy needs
 1.30+), the CompositeControllers against Metacontroller's CRD; the policy's CEL rules are
 evaluated with cel-python on the requests the API server would send; the overlay is

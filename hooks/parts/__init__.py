@@ -7,7 +7,7 @@ iterate over the registry, so adding a part is one module, one line here and the
 * :func:`hooks.sync.reconcile` plans every part and merges children, status fields and
   conditions in registry order (children of groups no part declares are kept as they are);
 * ``/customize`` answers :func:`related_rules`;
-* the declared-children check (``kubectl pgfh check``, tests/test_manifests.py) compares the
+* the declared-children check (``kubectl pgfh check``, tests/test_manifests_*.py) compares the
   CompositeController's ``childResources`` with :func:`child_resources`.
 
 :data:`PRIMARY` comes first: its condition (``PrimaryRouted``) is the one ``Ready`` mirrors.
