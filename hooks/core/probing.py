@@ -76,6 +76,21 @@ def plan_probes(request: SyncRequest, policy: ProbePolicy) -> ProbePlan:
     return ProbePlan(tuple(targets), refused)
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A sync request as this hook's policy sees it, and what to probe for it."""
+
+    request: SyncRequest
+    plan: ProbePlan
+
+
+def prepare(request: SyncRequest, policy: ProbePolicy) -> Prepared:
+    """One pass from the loaded request to the probe plan: the policy applied
+    (:func:`apply_policy`), then the members planned under it (:func:`plan_probes`)."""
+    request = apply_policy(request, policy)
+    return Prepared(request, plan_probes(request, policy))
+
+
 def probe_targets(request: SyncRequest, policy: ProbePolicy | None = None) -> list[ProbeTarget]:
     """The targets of :func:`plan_probes` (the default policy if none is given)."""
     return list(plan_probes(request, policy or ProbePolicy()).targets)

@@ -18,7 +18,7 @@ from typing import Any
 from hooks import parts
 from hooks.core.cluster_event import event_for
 from hooks.core.outcome import SyncOutcome
-from hooks.core.probing import ProbePlan, apply_policy, plan_probes
+from hooks.core.probing import Prepared, ProbePlan, prepare
 from hooks.core.routing import Decision
 from hooks.core.scope import serves
 from hooks.domain.members import MemberStatus
@@ -64,8 +64,9 @@ def handle_sync(deps: Deps, body: object, *, request_id: str, started: float) ->
     return answer_sync(deps, loaded, request_id=request_id, started=started)
 
 
-def load_sync(deps: Deps, body: object, *, request_id: str) -> SyncRequest | Reply:
-    """The first half of :func:`handle_sync`: the request loaded (or a 400 reply).
+def load_sync(deps: Deps, body: object, *, request_id: str) -> Prepared | Reply:
+    """The first half of :func:`handle_sync`: the request loaded and its probes planned, in
+    one pass (or a 400 reply).
 
     Apart so that the app can let go of the decoded body before the probe round: the
     loaded request keeps what the reply needs (the children as observed, small typed Pods),
@@ -73,16 +74,16 @@ def load_sync(deps: Deps, body: object, *, request_id: str) -> SyncRequest | Rep
     """
     try:
         policy = deps.settings.probe_policy
-        return apply_policy(load_sync_request(body, max_pods=policy.max_members), policy)
+        return prepare(load_sync_request(body, max_pods=policy.max_members), policy)
     except RequestError as error:
         return bad_request("sync", str(error), request_id)
 
 
-def answer_sync(deps: Deps, request: SyncRequest, *, request_id: str, started: float) -> Reply:
+def answer_sync(deps: Deps, prepared: Prepared, *, request_id: str, started: float) -> Reply:
     """The second half of :func:`handle_sync`: probe, decide, observe, reply."""
+    request, plan = prepared.request, prepared.plan
     hook = "finalize" if request.finalizing else "sync"
     with bound(cluster=request.cluster, request_id=request_id, hook=hook):
-        plan = plan_probes(request, deps.settings.probe_policy)
         answers = deps.prober.probe(plan.targets) if plan.targets else {}
         probes = {**plan.refused, **answers}
         outcome = reconcile(request, probes, now=deps.clock(), timing=deps.settings.resync)
