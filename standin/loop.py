@@ -84,6 +84,8 @@ class SyncRecord:
     applied: Applied | None = None
     #: Pods the read-only Service routes to after this call (its EndpointSlices).
     read_only: tuple[str, ...] = ()
+    #: The reply's ``Ready`` message (why, when the reason is not ``LeaderFound``).
+    message: str | None = None
 
 
 @dataclass
@@ -232,13 +234,16 @@ class MetacontrollerStandIn:
         error: str | None = None
         applied: Applied | None = None
         reason: str | None = None
+        message: str | None = None
         try:
             response = self._session.post(f"{self.hook_url}/sync", json=body, timeout=self.timeout)
             status = response.status_code
             reply = check_reply(response.status_code, response.content)
             with self.lock:
                 applied = apply_reply(self.world, reply)
-            reason = _ready_reason(reply)
+            ready = _ready_condition(reply)
+            reason = str(ready["reason"]) if "reason" in ready else None
+            message = str(ready["message"]) if "message" in ready else None
         except (requests.RequestException, HookError) as exc:
             error = f"{type(exc).__name__}: {exc}"
         finished = time.monotonic()
@@ -261,6 +266,7 @@ class MetacontrollerStandIn:
             service_present=present,
             applied=applied,
             read_only=read_only,
+            message=message,
         )
         self.stats.records.append(record)
         if self.on_record is not None:
@@ -268,12 +274,12 @@ class MetacontrollerStandIn:
         return record
 
 
-def _ready_reason(reply: dict[str, Any]) -> str | None:
+def _ready_condition(reply: dict[str, Any]) -> dict[str, Any]:
     status = reply.get("status") or {}
     for condition in status.get("conditions") or []:
         if condition.get("type") == "Ready":
-            return str(condition.get("reason"))
-    return None
+            return dict(condition)
+    return {}
 
 
 def make_pod(
