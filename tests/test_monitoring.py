@@ -45,8 +45,8 @@ from hooks.domain.members import MemberStatus
 from hooks.shell import metrics
 from hooks.shell.app import create_app
 from hooks.shell.config import HookSettings
+from testbed.fakes.patroni_wire import patroni_body
 from tests.helpers import NO_AUTH, heading_anchor, leader, make_service, replica, sync_body
-from tests.patroni_wire import patroni_body
 
 REPO = Path(__file__).resolve().parents[1]
 MONITORING = REPO / "deploy" / "monitoring"
@@ -743,7 +743,8 @@ def test_metric_name_extraction() -> None:
 
 
 #: What a real Metacontroller v4.17.2 and kube-state-metrics served, scraped by
-#: bench/metacontroller_metrics.py: hook answering, hook down, hook answering 500, a standby,
+#: testbed/bench/metacontroller_metrics.py: hook answering, hook down, hook answering 500, a
+#: standby,
 #: and the hook's Deployment with no Pod available.
 RECORDED_SCRAPES = REPO / "tests" / "data" / "metacontroller-metrics"
 #: Labels the scrape adds (target labels): not in the exposition, so not checked against it.

@@ -34,6 +34,7 @@ from hooks.domain.model import ENDPOINTSLICE_KEY, LAST_APPLIED_ANNOTATION, POD_N
 from hooks.loaders.schemas import load_spec
 from hooks.parts.primary import desired_service
 from hooks.parts.readonly import classify, format_bytes
+from testbed.fakes.patroni_wire import patroni_body
 from tests.child_helpers import (
     LEADER_AT,
     MIB,
@@ -71,7 +72,6 @@ from tests.helpers import (
     seed_spec,
     without_resync,
 )
-from tests.patroni_wire import patroni_body
 
 PRIMARY = make_service(pod=P0)
 

@@ -40,10 +40,10 @@ from hooks.patroni import PatroniProber, target_problem
 from hooks.shell import auth as auth_module
 from hooks.shell.app import create_app
 from hooks.shell.config import AuthSettings, HookSettings, PatroniTLS, ServerTLS
-from standin.gunicorn import GunicornHook, gunicorn_hook
-from tests import fakes
-from tests.certs import Pair, TestCA
-from tests.fakes import FakeMember
+from testbed.certs import Pair, TestCA
+from testbed.fakes import patroni as fakes
+from testbed.fakes.patroni import FakeMember
+from testbed.metacontroller.gunicorn import GunicornHook, gunicorn_hook
 from tests.helpers import (
     CLUSTER,
     NO_AUTH,

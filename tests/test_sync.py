@@ -46,6 +46,7 @@ from hooks.domain.members import MemberStatus, ProbeTarget
 from hooks.domain.model import LAST_APPLIED_ANNOTATION, LEADER_PATHS, ResyncTiming
 from hooks.loaders.envelope import load_sync_request
 from hooks.sync import reconcile
+from testbed.fakes.patroni_wire import patroni_body
 from tests.doubts import DOUBT_IDS, DOUBTS, Doubt
 from tests.helpers import (
     CLUSTER,
@@ -79,7 +80,6 @@ from tests.helpers import (
     sync_body,
     without_resync,
 )
-from tests.patroni_wire import patroni_body
 
 NOW_STAMP = "2026-08-20T10:00:00Z"
 LATER = NOW + timedelta(minutes=7, seconds=13)
