@@ -76,11 +76,12 @@ serve: $(STAMP) $(SERVE_TOKEN) ## run the hook under gunicorn on 127.0.0.1:8080 
 
 CODE := $(wildcard hooks tests testbed ops)
 
-lint: $(STAMP) ## ruff, ruff format --check, mypy --strict, the import contracts
+lint: $(STAMP) ## ruff, ruff format --check, mypy --strict, the import contracts (the hook's layers; the test bed apart)
 	$(BIN)/ruff check $(CODE)
 	$(BIN)/ruff format --check $(CODE)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/lint-imports testbed/import-contracts.toml
 
 # The junit file is what `make readme-figures` writes the README's test figures from.
 JUNIT := .run/junit.xml
