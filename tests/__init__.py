@@ -12,6 +12,7 @@ support module here, never in a test module another one imports:
   backup CronJob groups; ``contract_helpers.py``: a stand-in world, one sync, ``settle``;
 * ``doubts.py``: the cases where routing cannot be confirmed, for every child part;
 * ``manifest_helpers.py``: rendering and checking what a cluster admin applies;
+* ``import_contracts.py``: import-linter on a scratch copy, to show that a contract bites;
 * the fake servers (fault-injecting Patroni members, a loopback kube-apiserver for the
   plugin) and the throw-away CAs are test bed, not tests: ``testbed/fakes/`` and
   ``testbed/certs.py``, beside the real clusters they stand in for;

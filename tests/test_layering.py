@@ -23,18 +23,16 @@ framework, prober or shell. What import-linter cannot check by itself is tested 
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.import_contracts import assert_breaks, lint_imports
+
 ROOT = Path(__file__).resolve().parent.parent
-LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 PLUGIN = "pgfh_plugin"
 
 #: The pure layers, from the bottom up, and what each must never import besides I/O: every
@@ -134,20 +132,6 @@ def test_no_contract_is_weakened() -> None:
 # ================================================================ does fail
 
 
-def _lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
-    assert LINT_IMPORTS.exists(), f"import-linter is not installed next to {sys.executable}"
-    return subprocess.run(
-        [str(LINT_IMPORTS), "--no-cache"],
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        # The copy comes first on the path, before the editable install of the real tree.
-        env={**os.environ, "PYTHONPATH": str(tree)},
-        check=False,
-    )
-
-
 @pytest.fixture(scope="module")
 def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """hooks/, pgfh_plugin/ and pyproject.toml in a scratch directory; the copy passes."""
@@ -157,7 +141,7 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
             ROOT / package, tree / package, ignore=shutil.ignore_patterns("__pycache__")
         )
     shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
-    result = _lint_imports(tree)
+    result = lint_imports(tree)
     assert result.returncode == 0, result.stdout + result.stderr
     return tree
 
@@ -184,43 +168,4 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_forbidden_import_breaks_the_contract_it_names(
     copy: Path, module: str, line: str, imported: str, contract: str
 ) -> None:
-    path = copy / module
-    original = path.read_text()
-    try:
-        path.write_text(f"{line}  # noqa\n{original}")
-        result = _lint_imports(copy)
-    finally:
-        path.write_text(original)
-    output = result.stdout + result.stderr
-    assert result.returncode != 0, output
-    # import-linter wraps long lines: compare with the whitespace squeezed.
-    broken = " ".join(output[output.index("Broken contracts") :].split())
-    assert " ".join(_contracts()[contract]["name"].split()) in broken, output
-    assert f"{module.removesuffix('.py').replace('/', '.')} -> {imported} (l.1)" in broken, output
-
-
-# ============================================================ at run time
-
-
-def test_importing_the_pure_layers_in_a_fresh_interpreter_loads_no_forbidden_package() -> None:
-    pure = [m for layer in PURE for m in _modules(_layers()[layer])]
-    assert "hooks.core.routing" in pure and "hooks.parts.readonly" in pure
-    third_party = ("flask", "werkzeug", "gunicorn", "requests", "urllib3", "kubernetes")
-    impure = ("hooks.shell", "hooks.patroni", PLUGIN)
-    probe = (
-        "import importlib, sys\n"
-        f"for m in {pure!r}: importlib.import_module(m)\n"
-        f"bad = [m for m in sys.modules for b in {third_party + impure!r} "
-        "if m == b or m.startswith(b + '.')]\n"
-        "print(','.join(sorted(bad)))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=True,
-    )
-    assert result.stdout.strip() == "", f"importing the pure layers loaded: {result.stdout.strip()}"
+    assert_breaks(copy, module, line, imported, _contracts()[contract]["name"])

@@ -11,19 +11,17 @@ fails on a forbidden import, in a copy of the tree, while the unmodified copy pa
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.import_contracts import assert_breaks, lint_imports
+
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACTS = Path("testbed") / "import-contracts.toml"
-LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 PRODUCT = {"hooks", "pgfh_plugin", "ops"}
 PACKAGES = (*sorted(PRODUCT), "testbed", "tests")
 
@@ -71,20 +69,6 @@ def test_the_contracts_keep_what_they_promise() -> None:
     assert contracts["benchmarks-on-top"]["forbidden_modules"] == ["testbed.bench"]
 
 
-def _lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
-    assert LINT_IMPORTS.exists(), f"import-linter is not installed next to {sys.executable}"
-    return subprocess.run(
-        [str(LINT_IMPORTS), "--no-cache", str(CONTRACTS)],
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        # The copy comes first on the path, before the editable install of the real tree.
-        env={**os.environ, "PYTHONPATH": str(tree)},
-        check=False,
-    )
-
-
 def _sources_only(folder: str, names: list[str]) -> set[str]:
     """What copytree leaves out: anything but packages and Python files (fixtures, Go modules)."""
     return {
@@ -101,7 +85,7 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tree = tmp_path_factory.mktemp("apart")
     for package in PACKAGES:
         shutil.copytree(ROOT / package, tree / package, ignore=_sources_only)
-    result = _lint_imports(tree)
+    result = lint_imports(tree, str(CONTRACTS))
     assert result.returncode == 0, result.stdout + result.stderr
     return tree
 
@@ -126,16 +110,5 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_forbidden_import_breaks_the_contract_it_names(
     copy: Path, module: str, line: str, imported: str, contract: str
 ) -> None:
-    path = copy / module
-    original = path.read_text()
-    try:
-        path.write_text(f"{line}  # noqa\n{original}")
-        result = _lint_imports(copy)
-    finally:
-        path.write_text(original)
-    output = result.stdout + result.stderr
-    assert result.returncode != 0, output
-    # import-linter wraps long lines: compare with the whitespace squeezed.
-    broken = " ".join(output[output.index("Broken contracts") :].split())
-    assert " ".join(_contracts()[1][contract]["name"].split()) in broken, output
-    assert f"{module.removesuffix('.py').replace('/', '.')} -> {imported} (l.1)" in broken, output
+    name = _contracts()[1][contract]["name"]
+    assert_breaks(copy, module, line, imported, name, str(CONTRACTS))
