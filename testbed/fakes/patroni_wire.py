@@ -7,12 +7,9 @@ Both must answer with the same document and headers as Patroni 4.1, and both bin
 cluster's members on one port number (the spec has one ``patroni.port``), so this module
 builds the document, the response head and the sockets for both.
 
-It lives in ``tests/`` beside the other test support modules (``tests/helpers.py``,
-``testbed/fakes/patroni.py``, ...) because a fake Patroni member is test support; the benchmarks
-are its second user and import it from here (``testbed.bench`` already shares test code the
-other way: ``tests/test_chaos.py`` runs ``testbed.bench.failover``). It imports nothing but the
-standard library, so the benchmarks' spawned server process stays light, and it is
-checked by mypy --strict with ``testbed.bench``.
+It lives in ``testbed/fakes/`` with every other fake server: the tests and the benchmarks
+both use it, and the test bed never imports ``tests/``. It imports nothing but the standard
+library, so the benchmarks' spawned server process stays light.
 """
 
 from __future__ import annotations
