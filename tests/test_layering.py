@@ -23,7 +23,10 @@ framework, prober or shell. What import-linter cannot check by itself is tested 
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -169,3 +172,30 @@ def test_a_forbidden_import_breaks_the_contract_it_names(
     copy: Path, module: str, line: str, imported: str, contract: str
 ) -> None:
     assert_breaks(copy, module, line, imported, _contracts()[contract]["name"])
+
+
+# ============================================================ at run time
+
+
+def test_importing_the_pure_layers_in_a_fresh_interpreter_loads_no_forbidden_package() -> None:
+    pure = [m for layer in PURE for m in _modules(_layers()[layer])]
+    assert "hooks.core.routing" in pure and "hooks.parts.readonly" in pure
+    third_party = ("flask", "werkzeug", "gunicorn", "requests", "urllib3", "kubernetes")
+    impure = ("hooks.shell", "hooks.patroni", PLUGIN)
+    probe = (
+        "import importlib, sys\n"
+        f"for m in {pure!r}: importlib.import_module(m)\n"
+        f"bad = [m for m in sys.modules for b in {third_party + impure!r} "
+        "if m == b or m.startswith(b + '.')]\n"
+        "print(','.join(sorted(bad)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+    )
+    assert result.stdout.strip() == "", f"importing the pure layers loaded: {result.stdout.strip()}"
