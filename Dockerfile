@@ -6,7 +6,7 @@
 #
 # The base is a build argument pinned by digest, used by both stages (so the venv built in the
 # first stage runs unchanged in the second). Its default is what a user builds and ships; the
-# tests substitute a local stand-in for it (--build-arg BASE=..., standin/image_build.py), a
+# tests substitute a local stand-in for it (--build-arg BASE=..., testbed/metacontroller/image_build.py), a
 # Debian bookworm with Python 3.11 where the official image has it. The digest is the one public
 # references record for python:3.11.10-slim-bookworm; it could not be pulled or checked from
 # where this was written (no access to Docker Hub). Check it, and move it forward for Debian and

@@ -21,7 +21,7 @@ UV_COMPILE    = $(BIN)/uv pip compile pyproject.toml --universal --python-versio
 #   make image IMAGE=registry.example.com/team/pg-failover-hook:0.1.0 && docker push ...
 # With docker when a Docker daemon answers, else with buildah (or podman), which need no
 # daemon (BUILDER=docker|buildah|podman chooses). BASE overrides the Dockerfile's pinned base
-# (the tests build on a local stand-in: standin/image_build.py). The host's CA bundle goes in
+# (the tests build on a local stand-in: testbed/metacontroller/image_build.py). The host's CA bundle goes in
 # as the build secret "pipcert" (for a path to PyPI whose CA only the host trusts; never in a
 # layer), and pip's index mirror, if this machine's pip uses one, as PIP_INDEX_URL.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
@@ -56,7 +56,7 @@ $(STAMP): pyproject.toml $(LOCK_TEST)
 venv: $(STAMP) ## create .venv from the lock (requirements/test.txt)
 
 demo: $(STAMP) controlplane ## a real Patroni cluster as Pods on the real control plane: kill, switchover, watch the EndpointSlice follow
-	$(BIN)/python -m demo
+	$(BIN)/python -m testbed.demo
 
 # `make serve`: the hook as in production (caller authentication on), with a local token that
 # is generated once into .venv (git-ignored, mode 0600) and printed with a ready curl line.
@@ -74,13 +74,14 @@ serve: $(STAMP) $(SERVE_TOKEN) ## run the hook under gunicorn on 127.0.0.1:8080 
 	PGFH_AUTH_TOKENS_PATH=$(SERVE_TOKEN) GUNICORN_BIND=$(SERVE_BIND) GUNICORN_OPS_BIND=$(SERVE_OPS_BIND) \
 	  $(BIN)/gunicorn -c python:hooks.shell.gunicorn_conf 'hooks.shell.app:create_app()'
 
-CODE := $(wildcard hooks tests standin devcluster controlplane bench demo ops)
+CODE := $(wildcard hooks tests testbed ops)
 
-lint: $(STAMP) ## ruff, ruff format --check, mypy --strict, the import contracts
+lint: $(STAMP) ## ruff, ruff format --check, mypy --strict, the import contracts (the hook's layers; the test bed apart)
 	$(BIN)/ruff check $(CODE)
 	$(BIN)/ruff format --check $(CODE)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/lint-imports testbed/import-contracts.toml
 
 # The junit file is what `make readme-figures` writes the README's test figures from.
 JUNIT := .run/junit.xml
@@ -91,16 +92,16 @@ test: $(STAMP) lint promtool image-tools controlplane helm ## lint, then the who
 readme-figures: $(STAMP) ## rewrite the README's test figures from the last `make test` (.run/junit.xml)
 	$(BIN)/python -m tests.suite_figures $(JUNIT) README.md
 
-# The real Kubernetes control plane of the tests (controlplane/): kube-apiserver,
+# The real Kubernetes control plane of the tests (testbed/kubernetes/): kube-apiserver,
 # kube-controller-manager, kube-proxy, kubectl and etcd built from the Go modules pinned in
-# controlplane/go/, once per machine, into ~/.cache/pg-failover-hook/controlplane/<key>/.
+# testbed/kubernetes/go/, once per machine, into ~/.cache/pg-failover-hook/controlplane/<key>/.
 controlplane: $(STAMP) ## build the test control plane's binaries once per machine (cached)
-	$(BIN)/python -m controlplane build
+	$(BIN)/python -m testbed.kubernetes build
 
 # helm (the chart's tests: tests/test_chart*.py) built the same way from the Go module pinned in
-# controlplane/go/helm/, once per machine, into ~/.cache/pg-failover-hook/helm/<key>/.
+# testbed/kubernetes/go/helm/, once per machine, into ~/.cache/pg-failover-hook/helm/<key>/.
 helm: $(STAMP) ## build the pinned helm once per machine (cached), for the chart's tests
-	$(BIN)/python -m controlplane helm
+	$(BIN)/python -m testbed.kubernetes helm
 
 # charts/pg-failover-hook/ is generated from deploy/ (ops/chart.py): run after changing deploy/.
 chart: $(STAMP) ## rewrite the Helm chart charts/pg-failover-hook/ from deploy/
@@ -158,8 +159,8 @@ else
 	@echo "make image: no Docker daemon answers ($(DOCKER) info) and neither buildah nor podman is installed: start Docker, or apt-get install -y buildah"; exit 1
 endif
 
-bench: $(STAMP) ## measure failovers against the real cluster (python -m bench.failover)
-	$(BIN)/python -m bench.failover
+bench: $(STAMP) ## measure failovers against the real cluster (python -m testbed.bench.failover)
+	$(BIN)/python -m testbed.bench.failover
 
 # Mutation testing of the pure core (mutmut 3; not in CI, not in `make test`): CONTRIBUTING.md,
 # "Mutation testing". The modules are pyproject.toml's [tool.mutmut] only_mutate; each is run
@@ -170,7 +171,7 @@ MUTATION_CHILDREN ?= 2
 
 mutation: $(STAMP) ## mutation-test the pure core (mutmut; about 19 minutes)
 	rm -rf mutants
-	$(BIN)/python -m bench.mutation_score --run --max-children $(MUTATION_CHILDREN) --fail-under 95
+	$(BIN)/python -m testbed.bench.mutation_score --run --max-children $(MUTATION_CHILDREN) --fail-under 95
 
 clean: ## remove .venv and the tools' caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache mutants

@@ -53,7 +53,8 @@ what makes a controller depend on the keys this removes.
     of a certificate's lifetime, which leaves the last third for this to pick the renewal up.
 
 The procedure talks to the cluster through :class:`Cluster`; :class:`KubectlCluster` runs
-``kubectl``, and the stand-in's model (``standin/credentials.py``) runs the same procedure
+``kubectl``, and the stand-in's model (``testbed/metacontroller/credentials.py``) runs the same
+procedure
 against a simulated Metacontroller in the tests. Standard library only: run it from a
 checkout with ``deploy/rotate-credentials.sh token`` (or ``tls``).
 

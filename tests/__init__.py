@@ -12,9 +12,10 @@ support module here, never in a test module another one imports:
   backup CronJob groups; ``contract_helpers.py``: a stand-in world, one sync, ``settle``;
 * ``doubts.py``: the cases where routing cannot be confirmed, for every child part;
 * ``manifest_helpers.py``: rendering and checking what a cluster admin applies;
-* ``patroni_wire.py``: Patroni's answer document, response head and port binding, for
-  ``fakes.py`` (fault-injecting loopback members) and ``bench/fakepatroni.py``;
-* ``certs.py`` (throw-away CAs), ``kubeapi.py`` (a loopback kube-apiserver for the plugin);
+* ``import_contracts.py``: import-linter on a scratch copy, to show that a contract bites;
+* the fake servers (fault-injecting Patroni members, a loopback kube-apiserver for the
+  plugin) and the throw-away CAs are test bed, not tests: ``testbed/fakes/`` and
+  ``testbed/certs.py``, beside the real clusters they stand in for;
 * ``patroni_fixtures.py`` (loaded by ``conftest.py``): the real cluster, the hook under
   gunicorn, the ``rig`` and the invariants every real-cluster run must keep.
 """

@@ -1,7 +1,8 @@
 """Builders for the read-only Service and backup tests (plain dicts, like tests/helpers.py).
 
 Observed children are made the way they come to exist: a desired object is applied by the
-Metacontroller stand-in (:mod:`standin.apply`), which adds what Metacontroller and the API
+Metacontroller stand-in (:mod:`testbed.metacontroller.apply`), which adds what Metacontroller and
+the API
 server add (last-applied record, ``controller-uid`` label, ownerReferences, the server's
 rewrites), so a test never hand-writes a shape the hook would not really see.
 """
@@ -16,7 +17,8 @@ from hooks.core.outcome import SyncOutcome
 from hooks.domain.members import MemberStatus
 from hooks.domain.model import CRONJOB_KEY, ENDPOINTSLICE_KEY, JOB_KEY
 from hooks.parts import readonly_objects
-from standin.apply import World, apply_reply
+from testbed.fakes.patroni_wire import patroni_body
+from testbed.metacontroller.apply import World, apply_reply
 from tests.helpers import (
     CLUSTER,
     NAMESPACE,
@@ -30,7 +32,6 @@ from tests.helpers import (
     seed_spec,
     sync_body,
 )
-from tests.patroni_wire import patroni_body
 
 READ_ONLY = "pg-orders-replicas"
 SLICE = f"{READ_ONLY}-ipv4"

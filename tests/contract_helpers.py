@@ -3,7 +3,7 @@
 The contract tests (tests/test_contract.py, test_replicas_contract.py,
 test_backup_contract.py) share these: a :class:`~standin.apply.World` built from a recorded
 request, one sync through the app's test client with the reply checked and applied
-(:mod:`standin.apply`), syncing until nothing changes, and reading a condition back.
+(:mod:`testbed.metacontroller.apply`), syncing until nothing changes, and reading a condition back.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
-from standin.apply import Applied, World, apply_reply, check_reply
+from testbed.metacontroller.apply import Applied, World, apply_reply, check_reply
 from tests.child_helpers import READ_ONLY, answer, backup_fields
 from tests.helpers import P0, P1, P2, FakeProber, fixture
 

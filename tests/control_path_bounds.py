@@ -15,13 +15,13 @@ replicas, ``--leader-election``) and restarted as the kubelet restarts a contain
   started after the leader stopped: ``LEASE_DURATION + ACQUIRE`` = 19.4 s after its start.
 * a leader that cannot renew for ``RENEW_DEADLINE`` exits (at most ``RENEW_DEADLINE +
   RETRY_PERIOD`` = 12 s into an outage); the kubelet restarts it at once the first time
-  (CrashLoopBackOff delays only from the second exit on, :mod:`standin.supervisor`).
+  (CrashLoopBackOff delays only from the second exit on, :mod:`testbed.metacontroller.supervisor`).
 """
 
 from __future__ import annotations
 
-from standin.leader_election import LEASE_DURATION, RETRY_PERIOD, Timings
-from standin.leader_election import RENEW_DEADLINE as RENEW_DEADLINE
+from testbed.metacontroller.leader_election import LEASE_DURATION, RETRY_PERIOD, Timings
+from testbed.metacontroller.leader_election import RENEW_DEADLINE as RENEW_DEADLINE
 
 #: The longest wait between two attempts of a candidate: 2 s x (1 + 1.2) = 4.4 s.
 ACQUIRE = Timings().max_acquire_interval

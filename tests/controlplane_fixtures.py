@@ -1,5 +1,5 @@
 """Pytest plugin: the real Kubernetes control plane (etcd, kube-apiserver,
-kube-controller-manager from pinned Go modules, :mod:`controlplane`) as fixtures.
+kube-controller-manager from pinned Go modules, :mod:`testbed.kubernetes`) as fixtures.
 
 * ``control_plane`` (session): started once for the whole run, on loopback ports the kernel
   hands out, stopped at the end with nothing left running. The first run on a machine builds
@@ -7,9 +7,10 @@ kube-controller-manager from pinned Go modules, :mod:`controlplane`) as fixtures
   control plane that cannot be built or started stops the whole run with one line naming the
   cause and the log to read (``pytest.exit``), rather than failing every test after it.
 * ``kube_api`` (session): a ``kubernetes`` client ``ApiClient`` as ``system:masters``;
-  ``kube_rest`` (session): the same identity as plain JSON (:class:`controlplane.rest.KubeRest`).
+  ``kube_rest`` (session): the same identity as plain JSON
+  (:class:`testbed.kubernetes.rest.KubeRest`).
 * ``pod_network`` (session): routable Pod IPs ``198.18.0.N`` for processes on ``127.0.0.N``
-  (:mod:`controlplane.podnet`: the server refuses loopback addresses in EndpointSlices).
+  (:mod:`testbed.kubernetes.podnet`: the server refuses loopback addresses in EndpointSlices).
 * ``kube_namespace`` (function): a namespace of the test's own, deleted afterwards.
 
 Every test that uses one is marked ``kube`` automatically, so ``-m "not kube"`` deselects them.
@@ -24,9 +25,9 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client, config
 
-from controlplane import ControlPlane, ControlPlaneError, start_control_plane
-from controlplane.podnet import ensure_pod_network
-from controlplane.rest import KubeRest
+from testbed.kubernetes import ControlPlane, ControlPlaneError, start_control_plane
+from testbed.kubernetes.podnet import ensure_pod_network
+from testbed.kubernetes.rest import KubeRest
 
 _FIXTURES = {"control_plane", "kube_api", "kube_rest", "kube_namespace", "pod_network"}
 

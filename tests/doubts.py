@@ -14,6 +14,7 @@ from typing import Any
 
 from hooks.core.routing import Decision
 from hooks.domain.members import MemberStatus
+from testbed.fakes.patroni_wire import patroni_body
 from tests.helpers import (
     P0,
     P1,
@@ -27,7 +28,6 @@ from tests.helpers import (
     make_pod,
     replica,
 )
-from tests.patroni_wire import patroni_body
 
 
 @dataclass(frozen=True)

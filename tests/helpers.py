@@ -23,7 +23,7 @@ from hooks.loaders.envelope import load_sync_request
 from hooks.loaders.observed import load_child, load_pod, load_pods
 from hooks.shell.config import AuthSettings
 from hooks.sync import reconcile
-from tests.patroni_wire import patroni_body
+from testbed.fakes.patroni_wire import patroni_body
 
 #: For tests of what the hook answers, not of who may ask: the app's default requires a
 #: bearer token (tests/test_security_*.py covers that).

@@ -1,7 +1,8 @@
 """What the control-plane fault tests (``tests/test_kube_faults.py``) watch, and what they
 hold it to; shared with the end-to-end test of the real control plane where it applies.
 
-The tests break the control plane under a running rig (:mod:`standin.kube_rig`) and must
+The tests break the control plane under a running rig (:mod:`testbed.metacontroller.kube_rig`) and
+must
 show what a client of the primary Service would have lived through, so three witnesses run
 over the whole test, started before the fault:
 
@@ -32,13 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controlplane import ControlPlane
-from controlplane.accounts import metacontroller_kubeconfig
-from controlplane.rest import KubeApiError, KubeRest, resource_path
-from devcluster import PatroniCluster
-from standin.gunicorn import GunicornHook, gunicorn_hook
-from standin.harness import SERVICE
-from standin.kube_rig import KubeRig, SliceWatch, kube_rig
+from testbed.kubernetes import ControlPlane
+from testbed.kubernetes.accounts import metacontroller_kubeconfig
+from testbed.kubernetes.rest import KubeApiError, KubeRest, resource_path
+from testbed.metacontroller.gunicorn import GunicornHook, gunicorn_hook
+from testbed.metacontroller.harness import SERVICE
+from testbed.metacontroller.kube_rig import KubeRig, SliceWatch, kube_rig
+from testbed.patroni import PatroniCluster
 
 #: How often the ground truth asks every member, and how long one answer may take.
 TRUTH_INTERVAL = 0.1
@@ -159,7 +160,7 @@ class Writer:
             self._thread.join(timeout=WRITE_CONNECT_TIMEOUT + 5)
 
     def _run(self) -> None:
-        psycopg2: Any = importlib.import_module("psycopg2")  # untyped, as devcluster.sql
+        psycopg2: Any = importlib.import_module("psycopg2")  # untyped, as testbed.patroni.sql
         while not self._stop.is_set():
             ready = self.slices.ready()
             if len(ready) != 1:
@@ -330,7 +331,7 @@ def rig_on(
     its own least-privilege ServiceAccount (``replicas``: that many, with leader election,
     under the supervisor); on exit, not one of its calls may have been refused (403).
     ``controller_spec``: the CompositeController's spec fields the test sets
-    (:func:`standin.kube_rig.kube_rig`)."""
+    (:func:`testbed.metacontroller.kube_rig.kube_rig`)."""
     with kube_rig(
         cluster,
         plane.admin_kubeconfig,
@@ -457,7 +458,7 @@ class TcpForwarder:
 class RestartableHook:
     """The hook under gunicorn that can go away and come back at the same URL with the same
     token, as every pod of the hook's Deployment gone and back behind its Service
-    (:func:`standin.gunicorn.gunicorn_hook` with ``port`` and ``token``)."""
+    (:func:`testbed.metacontroller.gunicorn.gunicorn_hook` with ``port`` and ``token``)."""
 
     def __init__(self, work_dir: Path, env: Mapping[str, str]) -> None:
         self.work_dir = work_dir

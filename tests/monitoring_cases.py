@@ -242,7 +242,8 @@ def known_metrics(hook: set[str]) -> set[str]:
 
 
 #: What a real Metacontroller v4.17.2 and kube-state-metrics served, scraped by
-#: bench/metacontroller_metrics.py: hook answering, hook down, hook answering 500, a standby,
+#: testbed/bench/metacontroller_metrics.py: hook answering, hook down, hook answering 500, a
+#: standby,
 #: and the hook's Deployment with no Pod available.
 RECORDED_SCRAPES = REPO / "tests" / "data" / "metacontroller-metrics"
 

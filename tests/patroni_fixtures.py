@@ -14,8 +14,9 @@ Load it with ``pytest_plugins = ["tests.patroni_fixtures"]`` in ``tests/conftest
   (:func:`repair_after`).
 * ``hook`` (module): the hook under real gunicorn with the production config module
   (2 workers, 8 threads), one per test module; from the work tree, or from the built image
-  with ``PGFH_TEST_HOOK_FROM=image`` (:func:`standin.harness.rig_hook`).
-* ``rig`` (function): the Metacontroller stand-in (:mod:`standin.harness`) driving ``hook``
+  with ``PGFH_TEST_HOOK_FROM=image`` (:func:`testbed.metacontroller.harness.rig_hook`).
+* ``rig`` (function): the Metacontroller stand-in (:mod:`testbed.metacontroller.harness`) driving
+  ``hook``
   for the healthy cluster, started once the Services route to the current leader (and,
   with ``spec.replicaService``, the read-only endpoints to its replicas); after the test,
   :func:`assert_invariants` over every sync of the run. Its spec is ``rig_spec``: the seed
@@ -32,9 +33,9 @@ from typing import Any, Protocol
 
 import pytest
 
-from devcluster import ClusterError, PatroniCluster
-from standin.gunicorn import GunicornHook
-from standin.harness import READ_ONLY_SERVICE, Rig, rig_hook, start_rig
+from testbed.metacontroller.gunicorn import GunicornHook
+from testbed.metacontroller.harness import READ_ONLY_SERVICE, Rig, rig_hook, start_rig
+from testbed.patroni import ClusterError, PatroniCluster
 
 _FIXTURES = {"patroni_cluster", "healthy_patroni_cluster"}
 

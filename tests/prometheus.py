@@ -17,7 +17,7 @@ from typing import Any
 import requests
 import yaml
 
-from standin.gunicorn import free_port, stop
+from testbed.metacontroller.gunicorn import free_port, stop
 
 HINT = "prometheus is missing: apt-get install -y prometheus (Debian; .ci/run installs it)"
 

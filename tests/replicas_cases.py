@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hooks.domain.members import MemberStatus
+from testbed.fakes.patroni_wire import patroni_body
 from tests.child_helpers import (
     LEADER_AT,
     MIB,
@@ -21,7 +22,6 @@ from tests.helpers import (
     P2,
     make_service,
 )
-from tests.patroni_wire import patroni_body
 
 PRIMARY = make_service(pod=P0)
 

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import yaml
 
-from controlplane import ControlPlane
-from controlplane.rest import KubeApiError, KubeRest, resource_path
+from testbed.kubernetes import ControlPlane
+from testbed.kubernetes.rest import KubeApiError, KubeRest, resource_path
 from tests.helpers import wait_for
 from tests.manifest_helpers import find, rendered
 

@@ -34,8 +34,8 @@ from typing import Any
 import pytest
 import yaml
 
-from controlplane import ControlPlane
-from controlplane.rest import KubeApiError, KubeRest, resource_path
+from testbed.kubernetes import ControlPlane
+from testbed.kubernetes.rest import KubeApiError, KubeRest, resource_path
 from tests.admission_cases import (
     ALLOW_LIST,
     ANNOTATIONS,

@@ -2,7 +2,8 @@
 
 The plan is checked on plain objects shaped as the API server returns them. What the patch
 then makes Metacontroller do is checked with the stand-in's copy of Metacontroller's
-three-way merge (:mod:`standin.dynamic_apply`, modelled on ``pkg/dynamic/apply/apply.go``):
+three-way merge (:mod:`testbed.metacontroller.dynamic_apply`, modelled on
+``pkg/dynamic/apply/apply.go``):
 with the record ``adopt`` writes, the hook's first reply leaves exactly its own selector (the
 previous owner's ``role`` key removed) and keeps every other field; without the record the
 old key would stay. The whole path against the real API server and Metacontroller is
@@ -20,7 +21,7 @@ import pytest
 
 from hooks.domain.model import CONTROLLER_UID_LABEL, LAST_APPLIED_ANNOTATION, POD_NAME_LABEL
 from pgfh_plugin import adoption, cli
-from standin.dynamic_apply import apply_update
+from testbed.metacontroller.dynamic_apply import apply_update
 
 UID = "6f1d8c3e-2b7a-4e59-9c0d-3a5b7e91f2c4"
 SELECTOR = {"application": "patroni", "cluster-name": "pg-orders"}

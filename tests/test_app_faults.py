@@ -28,8 +28,8 @@ from hooks.domain.model import ResyncTiming
 from hooks.patroni import PatroniProber
 from hooks.shell.app import create_app
 from hooks.shell.config import HookSettings
-from tests import fakes
-from tests.fakes import Behaviour, FakeCluster, FakeMember
+from testbed.fakes import patroni as fakes
+from testbed.fakes.patroni import Behaviour, FakeCluster, FakeMember
 from tests.helpers import NO_AUTH, NOW, fixture, polled, spread
 
 DEADLINE = 1.0

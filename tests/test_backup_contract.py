@@ -1,5 +1,5 @@
 """Contract tests of the backup CronJob: the real Flask app, replies applied by the
-Metacontroller stand-in (:mod:`standin.apply`).
+Metacontroller stand-in (:mod:`testbed.metacontroller.apply`).
 
 Test design: as tests/test_replicas_contract.py (the recorded requests' world with
 ``spec.backup`` and ``spec.replicaService`` added, each reply applied with the API

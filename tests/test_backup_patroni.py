@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from devcluster import PatroniCluster
-from devcluster.cluster import REPLICATION_USER, SUPERUSER
 from hooks.loaders.schemas import load_spec
 from hooks.parts import backup_cronjob
-from standin.harness import CLUSTER, NAMESPACE, PARENT_UID, PRIMARY_SELECTOR, SERVICE
+from testbed.metacontroller.harness import CLUSTER, NAMESPACE, PARENT_UID, PRIMARY_SELECTOR, SERVICE
+from testbed.patroni import PatroniCluster
+from testbed.patroni.cluster import REPLICATION_USER, SUPERUSER
 
 pytestmark = [pytest.mark.patroni, pytest.mark.slow]
 

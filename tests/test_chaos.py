@@ -1,7 +1,7 @@
 """The short chaos run in CI: a few failovers with a client writing through "the Service".
 
 The full run (>= 20 failovers mixing SIGKILLs, graceful stops and switchovers) is the
-benchmark script ``python -m bench.failover --failovers 21``; this short version skips the
+benchmark script ``python -m testbed.bench.failover --failovers 21``; this short version skips the
 SIGKILL (each costs the 20 s leader-lock TTL, covered once in tests/test_failover.py) and
 checks the same invariants on the session's real cluster: no hook call fails, the Service
 never selects two pods and is never dropped, no write lands on a non-leader, and after each
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.failover import run_on
-from standin.gunicorn import GunicornHook
-from standin.harness import Rig
+from testbed.bench.failover import run_on
+from testbed.metacontroller.gunicorn import GunicornHook
+from testbed.metacontroller.harness import Rig
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
 

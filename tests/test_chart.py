@@ -2,7 +2,7 @@
 
 The chart is written by ``python -m ops.chart`` from ``kubectl kustomize`` of deploy/ and its
 overlays; these tests prove, with the pinned helm (built from its Go module like the control
-plane's programs, ``controlplane/go/helm``), that
+plane's programs, ``testbed/kubernetes/go/helm``), that
 
 * the chart on disk is what the generator makes of today's deploy/ (a change to deploy/ without
   ``python -m ops.chart`` fails here);
@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 import yaml
 
-from controlplane import binaries
-from controlplane.binaries import ensure_helm, pinned_version
 from ops import chart
+from testbed.kubernetes import binaries
+from testbed.kubernetes.binaries import ensure_helm, pinned_version
 from tests.manifest_helpers import REPO, kubectl, rendered
 
 CHART = REPO / "charts" / "pg-failover-hook"

@@ -1,5 +1,6 @@
-"""The Helm chart on the real API server (issue 32, item 4): the pinned helm (controlplane/go/helm)
-against the real kube-apiserver of controlplane/.
+"""The Helm chart on the real API server (issue 32, item 4): the pinned helm
+(testbed/kubernetes/go/helm)
+against the real kube-apiserver of testbed/kubernetes/.
 
 * ``helm template`` of every values choice (the defaults and each overlay's) passes the
   server's server-side-apply dry run with no error and no warning;
@@ -28,8 +29,8 @@ from typing import Any
 import pytest
 import yaml
 
-from controlplane import ControlPlane
 from ops import chart
+from testbed.kubernetes import ControlPlane
 from tests.controlplane_fixtures import running_control_plane
 from tests.manifest_helpers import METACONTROLLER_CRDS, REPO
 from tests.test_chart import helm, settings_of

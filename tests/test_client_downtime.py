@@ -2,7 +2,8 @@
 
 kube-proxy (the pinned build, nftables mode or iptables) runs in a network namespace of the
 test's own and programs the primary Service's ClusterIP from the real EndpointSlice; two libpq
-clients in that namespace write one row every 50 ms through it (:mod:`bench.client_rig`): one
+clients in that namespace write one row every 50 ms through it (:mod:`testbed.bench.client_rig`):
+one
 with a new connection per write, one with a kept connection and ``target_session_attrs=
 read-write``. After Patroni's planned switchover (no Pod changes: only the hook's healthy
 resync moves the Service), once kube-proxy's rules send to the new leader only, neither client
@@ -11,7 +12,7 @@ commit anywhere but on the new leader after its promotion, and both must write t
 leader within a bound. Every time comes from a watch, Patroni or the clients, none from
 Metacontroller's side, so it runs the same on a real Metacontroller
 (``PGFH_METACONTROLLER_BINARY``). The long benchmark with kills, graceful stops and PgBouncer is
-``bench/client_downtime.py``. Run under ``flock /tmp/pgfh-realcluster.lock``.
+``testbed/bench/client_downtime.py``. Run under ``flock /tmp/pgfh-realcluster.lock``.
 """
 
 from __future__ import annotations
@@ -22,15 +23,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.client_rig import client_rig
-from bench.downtime import Timeline, client_figures
-from bench.failover_kube import first_selector
-from controlplane import ControlPlane
-from controlplane.kube_proxy import MODES
-from devcluster import PatroniCluster
-from standin.gunicorn import GunicornHook
-from standin.harness import rig_hook
-from standin.kube_rig import HOOK_ENV, kube_rig
+from testbed.bench.client_rig import client_rig
+from testbed.bench.downtime import Timeline, client_figures
+from testbed.bench.failover_kube import first_selector
+from testbed.kubernetes import ControlPlane
+from testbed.kubernetes.kube_proxy import MODES
+from testbed.metacontroller.gunicorn import GunicornHook
+from testbed.metacontroller.harness import rig_hook
+from testbed.metacontroller.kube_rig import HOOK_ENV, kube_rig
+from testbed.patroni import PatroniCluster
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
 CLIENTS = ("direct-new", "direct-kept-rw")

@@ -4,7 +4,7 @@ test still gets a fresh cluster."""
 
 from __future__ import annotations
 
-from devcluster import ClusterError
+from testbed.patroni import ClusterError
 from tests.patroni_fixtures import REPAIR_TIMEOUT, RESTART_TIMEOUT, repair_after
 
 

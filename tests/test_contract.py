@@ -3,7 +3,7 @@
 Test design: each recorded request (tests/fixtures/metacontroller, shaped exactly as
 Metacontroller v4.17.2 sends them) is posted to the app with a fake prober playing
 Patroni for that scenario; the reply is then *applied* the way Metacontroller applies
-it (:mod:`standin.apply`: omitted children deleted, InPlace three-way merge, status
+it (:mod:`testbed.metacontroller.apply`: omitted children deleted, InPlace three-way merge, status
 replaced wholesale), and the assertions are on the resulting objects — the thing an
 on-call engineer sees — not only on the JSON.
 """
@@ -15,7 +15,7 @@ import json
 import pytest
 from flask.testing import FlaskClient
 
-from standin.apply import CRONJOB_KEY, ENDPOINTSLICE_KEY, SERVICE_KEY, check_reply
+from testbed.metacontroller.apply import CRONJOB_KEY, ENDPOINTSLICE_KEY, SERVICE_KEY, check_reply
 from tests.child_helpers import READ_ONLY
 from tests.contract_helpers import condition, healthy, post_and_apply, settle, world_of, world_with
 from tests.helpers import (

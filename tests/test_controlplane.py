@@ -16,11 +16,11 @@ from typing import Any, ClassVar
 import pytest
 from kubernetes import client
 
-from controlplane import ControlPlane, ControlPlaneError, binaries, servers
-from controlplane.binaries import PROGRAMS, pinned_version
-from controlplane.kubelet import POD_IP_ANNOTATION, KubeletStandIn
-from controlplane.podnet import loopback_ip, pod_ip
-from controlplane.rest import KubeRest
+from testbed.kubernetes import ControlPlane, ControlPlaneError, binaries, servers
+from testbed.kubernetes.binaries import PROGRAMS, pinned_version
+from testbed.kubernetes.kubelet import POD_IP_ANNOTATION, KubeletStandIn
+from testbed.kubernetes.podnet import loopback_ip, pod_ip
+from testbed.kubernetes.rest import KubeRest
 
 NODE = "pgfh-node-0"
 

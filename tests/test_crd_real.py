@@ -33,9 +33,9 @@ import pytest
 import yaml
 from marshmallow import Schema, fields, missing
 
-from controlplane import ControlPlane
-from controlplane.rest import KubeApiError, KubeRest
 from hooks.loaders.schemas import ClusterSpecSchema, load_spec
+from testbed.kubernetes import ControlPlane
+from testbed.kubernetes.rest import KubeApiError, KubeRest
 from tests.manifest_helpers import CRD_FILE, EXAMPLE_FULL, EXAMPLE_SEED, FIXTURES, REPO, load_one
 
 API = "/apis/adg.io/v1alpha1"

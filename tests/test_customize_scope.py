@@ -6,7 +6,7 @@ match only if the CompositeController's ``parentResource.labelSelector`` selects
 carries the controller's finalizer (``enqueueParentObject``, composite/controller.go 385-392).
 The hook answers the full rules exactly for those parents. Plain values: the selector semantics
 over every operator and label state (cross-checked with the stand-in's independent
-``standin.selectors.matches``), the finalizer, every doubt, and the HTTP answer.
+``testbed.metacontroller.selectors.matches``), the finalizer, every doubt, and the HTTP answer.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from hooks.core.scope import FINALIZER_PREFIX, selects, serves
 from hooks.domain.scope import OPERATORS, CustomizeScope, ParentSelector, Requirement
 from hooks.loaders.envelope import load_customize_call, load_scope
 from hooks.parts.primary import NO_POD_RULE
-from standin.selectors import matches
+from testbed.metacontroller.selectors import matches
 from tests.helpers import fixture
 
 SHARD = "pg-failover-hook.adg.io/shard"

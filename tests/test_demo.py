@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from demo.__main__ import Clock
+from testbed.demo.__main__ import Clock
 
 
 def test_the_timeline_names_its_origin_and_starts_at_zero(

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from devcluster import ClusterError, PatroniCluster, kill_leftovers, poll_until
-from devcluster._proc import ENV_BASE_DIR, Proc
-from devcluster._runtime import DEFAULT_RUNTIME_DIR, resolve_runtime
-from devcluster.leftovers import MARKER
+from testbed.patroni import ClusterError, PatroniCluster, kill_leftovers, poll_until
+from testbed.patroni._proc import ENV_BASE_DIR, Proc
+from testbed.patroni._runtime import DEFAULT_RUNTIME_DIR, resolve_runtime
+from testbed.patroni.leftovers import MARKER
 
 pytestmark = pytest.mark.patroni
 # Also listed in tests/conftest.py; repeating it here keeps this file runnable on its own.
@@ -189,7 +189,7 @@ def test_kill_leftovers_kills_processes_of_a_dead_run(tmp_path: Path) -> None:
 
 
 def test_runtime_copy_is_usable_by_the_cluster_user() -> None:
-    """The fallback for CI clones the cluster user cannot traverse (see devcluster._runtime)."""
+    """The fallback for CI clones the cluster user cannot traverse (testbed.patroni._runtime)."""
     runtime = resolve_runtime(force_copy=True)
     root = Path(os.environ.get("DEVCLUSTER_RUNTIME_DIR", DEFAULT_RUNTIME_DIR))
     assert runtime.source.startswith("runtime copy")

@@ -1,4 +1,4 @@
-"""devcluster.address_locks: two runs on one machine's same addresses wait for each other
+"""testbed.patroni.address_locks: two runs on one machine's same addresses wait for each other
 (a CI run beside a benchmark once failed with etcd's "address already in use"), runs on other
 addresses do not, a crashed holder frees its addresses, and a process never waits for itself."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from devcluster.address_locks import AddressLocks
-from devcluster.errors import ClusterError
+from testbed.patroni.address_locks import AddressLocks
+from testbed.patroni.errors import ClusterError
 
 ETCD = [("127.0.0.1", 2379), ("127.0.0.1", 2380)]
 MEMBERS = [("127.0.0.2", 5432), ("127.0.0.2", 8008)]
@@ -22,7 +22,7 @@ MEMBERS = [("127.0.0.2", 5432), ("127.0.0.2", 8008)]
 HOLDER = """
 import sys, time
 from pathlib import Path
-from devcluster.address_locks import AddressLocks
+from testbed.patroni.address_locks import AddressLocks
 locks = AddressLocks([("127.0.0.1", 2379)], Path(sys.argv[1]))
 locks.acquire(wait_seconds=5)
 print("held", flush=True)

@@ -6,7 +6,7 @@ module, setting or condition type added on any branch fails a test until the doc
 * **Layout**: every Python module outside ``tests/`` (``__init__.py`` aside), every
   top-level entry and every entry directly under ``deploy/`` has a row in a layout table
   (a ``| path | what |`` or ``| file | what |`` table: the README's, and the ones in
-  ``bench/README.md`` and ``deploy/monitoring/README.md`` for their own directory), and
+  ``testbed/bench/README.md`` and ``deploy/monitoring/README.md`` for their own directory), and
   every path such a table lists exists. A failure prints the missing rows, ready to paste,
   with the module docstring's first line as a start.
 * **Settings**: ``docs/deploy.md#settings`` lists exactly the environment variables the hook
@@ -67,7 +67,7 @@ def markdown_files() -> list[Path]:
 #: Documents with a layout table, and the directory their paths are relative to.
 LAYOUT_TABLES = {
     "README.md": "",
-    "bench/README.md": "bench/",
+    "testbed/bench/README.md": "testbed/bench/",
     "deploy/monitoring/README.md": "deploy/monitoring/",
 }
 #: Top-level entries that need no row: the README itself and tool dot-files.
@@ -146,7 +146,9 @@ def test_every_module_and_directory_has_a_row_in_a_layout_table() -> None:
     paths = set(listed())
     missing = sorted(u for u in units() if not covered(u, paths))
     rows = "\n".join(f"| `{u}` | {first_docstring_line(REPO / u)} |" for u in missing)
-    assert missing == [], f"add rows to the README's Layout table (or bench/README.md):\n{rows}"
+    assert missing == [], (
+        f"add rows to the README's Layout table (or testbed/bench/README.md):\n{rows}"
+    )
 
 
 def test_every_path_a_layout_table_lists_exists() -> None:
@@ -186,10 +188,16 @@ def test_the_layout_check_catches_a_new_module_and_a_stale_row() -> None:
     paths = {p for ps, _ in rows for p in ps}
     assert not covered("hooks/b.py", paths)
     assert covered("hooks/", paths) and not covered("pgfh_plugin/", paths)
-    # The real tree: the README covers hooks/sync.py, bench/README.md covers bench/load.py.
+    # The real tree: the README covers hooks/sync.py, testbed/bench/README.md covers
+    # testbed/bench/load.py.
     assert listed()["hooks/sync.py"] == "README.md"
-    assert listed()["bench/load.py"] == "bench/README.md"
-    assert {"hooks/sync.py", "pgfh_plugin/cli.py", "deploy/base/", "standin/apply.py"} <= units()
+    assert listed()["testbed/bench/load.py"] == "testbed/bench/README.md"
+    assert {
+        "hooks/sync.py",
+        "pgfh_plugin/cli.py",
+        "deploy/base/",
+        "testbed/metacontroller/apply.py",
+    } <= units()
 
 
 # ---------------------------------------------------------------------------- settings
@@ -321,9 +329,10 @@ f = settings.get("NOT_ENV")
 
 def test_docs_mention_only_settings_that_exist() -> None:
     known = read_by_the_hook()
-    # Test knobs: PGFH_FUZZ_SCALE in tests/, PGFH_CACHE_DIR in controlplane/ (test infrastructure).
+    # Test knobs: PGFH_FUZZ_SCALE in tests/, PGFH_CACHE_DIR in testbed/kubernetes/ (test
+    # infrastructure).
     for path in tree():
-        if path.startswith(("tests/", "controlplane/")) and path.endswith(".py"):
+        if path.startswith(("tests/", "testbed/kubernetes/")) and path.endswith(".py"):
             known |= names_in((REPO / path).read_text(encoding="utf-8"))
             known |= set(re.findall(r"PGFH_[A-Z0-9_]*[A-Z0-9]", (REPO / path).read_text()))
     for doc in markdown_files():
@@ -454,7 +463,14 @@ ISSUE = re.compile(r"\bissues? #?\d+", re.IGNORECASE)
 
 
 #: Where a reader meets text: every Markdown file, and the product's code and manifests.
-READ_BY_USERS = ("hooks/", "bench/", "deploy/", "metacontroller/", "standin/", "ops/")
+READ_BY_USERS = (
+    "hooks/",
+    "testbed/bench/",
+    "deploy/",
+    "metacontroller/",
+    "testbed/metacontroller/",
+    "ops/",
+)
 
 
 def test_no_reference_to_an_issue_number() -> None:

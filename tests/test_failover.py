@@ -8,7 +8,7 @@ selects, over every sync of the run, not only at the end. The ``rig`` fixture
 (tests/patroni_fixtures.py) checks the invariants after every test: the Service is never
 dropped once created and never selects two Pods; no reply is an error.
 
-Bounds are generous multiples of what the benchmark measures (bench/routing_lag.py);
+Bounds are generous multiples of what the benchmark measures (testbed/bench/routing_lag.py);
 they catch a broken mechanism (a missed sync, a lost resync), not a slow machine.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from standin.gunicorn import GunicornHook
-from standin.harness import SERVICE, Rig
+from testbed.metacontroller.gunicorn import GunicornHook
+from testbed.metacontroller.harness import SERVICE, Rig
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
 

@@ -1,8 +1,9 @@
 """A real failover followed by the hook from the image (issue 21), not the work tree.
 
 The same test as ``tests/test_failover.py``'s graceful stop, with the module's ``hook`` from
-:func:`standin.harness.rig_hook` with ``source="image"``: the image built from the
-Dockerfile (:mod:`standin.image_build`) run as the Deployment runs it (:mod:`standin.image`).
+:func:`testbed.metacontroller.harness.rig_hook` with ``source="image"``: the image built from the
+Dockerfile (:mod:`testbed.metacontroller.image_build`) run as the Deployment runs it
+(:mod:`testbed.metacontroller.image`).
 The whole failover suite runs that way with ``PGFH_TEST_HOOK_FROM=image``.
 """
 
@@ -12,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from standin.gunicorn import GunicornHook
-from standin.harness import Rig, rig_hook
-from standin.image import ImageHook
+from testbed.metacontroller.gunicorn import GunicornHook
+from testbed.metacontroller.harness import Rig, rig_hook
+from testbed.metacontroller.image import ImageHook
 from tests.test_failover import test_graceful_stop_of_the_leader_moves_the_service as graceful
 
 pytestmark = [pytest.mark.patroni, pytest.mark.image, pytest.mark.slow, pytest.mark.timeout(1500)]

@@ -1,4 +1,5 @@
-"""``bench.failover_kube`` in its quick mode, on the real control plane: the invariants of the
+"""``testbed.bench.failover_kube`` in its quick mode, on the real control plane: the invariants of
+the
 primary Service and its EndpointSlice through a SIGKILL, a graceful stop and a switchover
 (etcd DCS), and through a planned switchover on Patroni's own Kubernetes DCS, where the hook
 must follow the Pod change Patroni writes rather than wait for its 30 s healthy resync.
@@ -20,8 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.failover import KINDS
-from bench.failover_kube import (
+from hooks.domain.model import DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS
+from hooks.shell.config import HookSettings
+from testbed.bench.failover import KINDS
+from testbed.bench.failover_kube import (
     KUBERNETES_FIRST_IP,
     Bench,
     KubeFailover,
@@ -32,13 +35,11 @@ from bench.failover_kube import (
     settle,
     status_of,
 )
-from controlplane import ControlPlane
-from devcluster import PatroniCluster
-from hooks.domain.model import DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS
-from hooks.shell.config import HookSettings
-from standin.gunicorn import GunicornHook
-from standin.harness import rig_hook
-from standin.kube_rig import HOOK_ENV
+from testbed.kubernetes import ControlPlane
+from testbed.metacontroller.gunicorn import GunicornHook
+from testbed.metacontroller.harness import rig_hook
+from testbed.metacontroller.kube_rig import HOOK_ENV
+from testbed.patroni import PatroniCluster
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
 TIMING = HookSettings().resync

@@ -33,9 +33,9 @@ from typing import Any
 
 import pytest
 
-from devcluster import PatroniCluster
-from standin.harness import PRIMARY_SELECTOR, READ_ONLY_SERVICE, SERVICE, Rig
-from standin.loop import SyncRecord
+from testbed.metacontroller.harness import PRIMARY_SELECTOR, READ_ONLY_SERVICE, SERVICE, Rig
+from testbed.metacontroller.loop import SyncRecord
+from testbed.patroni import PatroniCluster
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
 

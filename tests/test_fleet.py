@@ -1,7 +1,7 @@
-"""bench/fleet.py: the Metacontroller queue model, and a short real fleet run (smoke).
+"""testbed/bench/fleet.py: the Metacontroller queue model, and a short real fleet run (smoke).
 
 The model's pieces are checked against the semantics read in Metacontroller v4.17.2 and
-client-go (module docstring of bench/fleet.py); the fleet runs are on a virtual clock
+client-go (module docstring of testbed/bench/fleet.py); the fleet runs are on a virtual clock
 (deterministic, seeded), except the smoke run, which drives real hook pods under gunicorn
 against the fake fleet and checks only that every switchover was followed.
 """
@@ -16,8 +16,8 @@ from typing import TypeVar
 
 import pytest
 
-from bench import fleet
-from bench.fleet import (
+from testbed.bench import fleet
+from testbed.bench.fleet import (
     SHIPPED,
     SHIPPED_POLICY,
     TODAY,

@@ -1,7 +1,7 @@
-"""bench/fleet_kube.py's pure parts (layouts, the switchover plan, lags, arguments, the
-work queue's figures) and the fleet model's Metacontroller cost (bench/fleet_settings.py
+"""testbed/bench/fleet_kube.py's pure parts (layouts, the switchover plan, lags, arguments, the
+work queue's figures) and the fleet model's Metacontroller cost (testbed/bench/fleet_settings.py
 ``MetacontrollerCost``). Light: no control plane, no process; the harness itself runs by hand
-(``python -m bench.fleet_kube``, docs/scale.md)."""
+(``python -m testbed.bench.fleet_kube``, docs/scale.md)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from bench import fleet, fleet_kube
-from bench.fleet_kube import (
+from testbed.bench import fleet, fleet_kube
+from testbed.bench.fleet_kube import (
     EVENTLESS,
     POD_EVENT,
     Lags,
@@ -25,7 +25,14 @@ from bench.fleet_kube import (
     syncs_asked,
     workqueue_figures,
 )
-from bench.fleet_settings import SHIPPED, Metacontroller, MetacontrollerCost, Mix, Policy, Row
+from testbed.bench.fleet_settings import (
+    SHIPPED,
+    Metacontroller,
+    MetacontrollerCost,
+    Mix,
+    Policy,
+    Row,
+)
 
 LATENCIES = [0.004, 0.005, 0.006, 0.008, 0.012]
 CPU = 0.004

@@ -17,7 +17,8 @@ Test design notes
   1. never a 500, and the app's internal-error path was not taken (its metric did not
      move);
   2. a rejected request is a 4xx with a JSON ``{"error": "<message>"}``;
-  3. a 200 passes Metacontroller's strict parsing (``standin.apply.check_reply``), and
+  3. a 200 passes Metacontroller's strict parsing (``testbed.metacontroller.apply.check_reply``),
+     and
      unless the request is a finalize, keeps every observed Service: by name, as
      ``apiVersion: v1``, ``kind: Service``, in the parent's namespace or none, and no
      Service in it carries ``clusterIP``/``clusterIPs``.
@@ -46,7 +47,7 @@ from prometheus_client import REGISTRY
 from hooks.domain.members import MemberStatus, ProbeTarget
 from hooks.shell.app import create_app
 from hooks.shell.config import HookSettings
-from standin.apply import HookError, check_reply
+from testbed.metacontroller.apply import HookError, check_reply
 from tests.helpers import (
     NO_AUTH,
     NOW,

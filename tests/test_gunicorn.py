@@ -21,7 +21,7 @@ import pytest
 import requests
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from standin.gunicorn import GunicornHook, free_port, gunicorn_hook
+from testbed.metacontroller.gunicorn import GunicornHook, free_port, gunicorn_hook
 from tests.helpers import fixture
 
 pytestmark = pytest.mark.gunicorn

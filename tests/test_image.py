@@ -1,9 +1,11 @@
 """The image: the repository's Dockerfile built and run as the Deployment runs it (issue 21).
 
 No Docker daemon and no registry here, so the Dockerfile is built by ``make image`` with
-buildah on a stand-in for its base (:mod:`standin.image_build`: a debootstrapped bookworm
+buildah on a stand-in for its base (:mod:`testbed.metacontroller.image_build`: a debootstrapped
+bookworm
 with Python 3.11 where the official image has it), and run by hand under the Deployment's
-securityContext (:mod:`standin.image`: read-only root, uid/gid 10001, the emptyDirs and the
+securityContext (:mod:`testbed.metacontroller.image`: read-only root, uid/gid 10001, the emptyDirs
+and the
 token Secret where the Deployment mounts them, no capabilities, no_new_privs).
 
 Both are cached per machine: the base's root filesystem under
@@ -27,9 +29,9 @@ import pytest
 import requests
 from packaging.utils import canonicalize_name
 
-from standin.gunicorn import gunicorn_hook
-from standin.harness import HOOK_FROM, rig_hook
-from standin.image import (
+from testbed.metacontroller.gunicorn import gunicorn_hook
+from testbed.metacontroller.harness import HOOK_FROM, rig_hook
+from testbed.metacontroller.image import (
     DEFAULT_APP,
     ImageHook,
     deployment,
@@ -38,7 +40,7 @@ from standin.image import (
     run_in_image,
     working_container,
 )
-from standin.image_build import (
+from testbed.metacontroller.image_build import (
     IMAGE_REPOSITORY,
     KEEP_IMAGES,
     BaseRecipe,

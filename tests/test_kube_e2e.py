@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import ControlPlane
-from controlplane.rest import resource_path
-from devcluster import PatroniCluster
-from standin.gunicorn import GunicornHook
-from standin.harness import SERVICE, rig_hook
-from standin.kube_rig import HOOK_ENV, KubeRig
+from testbed.kubernetes import ControlPlane
+from testbed.kubernetes.rest import resource_path
+from testbed.metacontroller.gunicorn import GunicornHook
+from testbed.metacontroller.harness import SERVICE, rig_hook
+from testbed.metacontroller.kube_rig import HOOK_ENV, KubeRig
+from testbed.patroni import PatroniCluster
 from tests.kube_faults import rig_on, wait_gone, wait_status
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metacontroller"
@@ -35,7 +35,8 @@ def pod_network_hook(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GunicornHook]:
     """The hook allowed to probe the test Pod network 198.18.0.0/24 (and nothing else): once
-    from the work tree, once from the image as the Deployment runs it (standin/image.py;
+    from the work tree, once from the image as the Deployment runs it
+    (testbed/metacontroller/image.py;
     ``PGFH_TEST_HOOK_FROM`` picks the source of every other rig)."""
     workdir = tmp_path_factory.mktemp(f"hook-{request.param}")
     with rig_hook(workdir, source=str(request.param), env=HOOK_ENV) as running:

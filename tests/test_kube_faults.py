@@ -15,9 +15,11 @@ stand-in and the real endpointslice controller:
 * (e) the leader's Pod deleted (the kubelet stand-in stops its Patroni as a kubelet stops
   the container), recreated with a new IP, and later the leader again through that IP;
 * (a), (b) and (d) run Metacontroller as deploy/metacontroller-values.yaml does: 2 replicas
-  with leader election (:mod:`standin.leader_election`: a Lease, 15/10/2 s, not released on
+  with leader election (:mod:`testbed.metacontroller.leader_election`: a Lease, 15/10/2 s, not
+  released on
   stop, an exit when renewal fails past the renew deadline), each restarted as the kubelet
-  restarts a container (:mod:`standin.supervisor`: CrashLoopBackOff), the stand-in's or the
+  restarts a container (:mod:`testbed.metacontroller.supervisor`: CrashLoopBackOff), the stand-in's
+  or the
   binary's; a failing test names the hop it waits on (no lease, exited, in back-off);
 * and the bad input of the issue: a stale role label (and status annotation) written by hand
   on a replica's Pod never moves the Service, and the status says so.
@@ -36,7 +38,8 @@ and the promotion:
   1 s; it is tens of ms) = 4.5 s;
 * ``AFTER_FAILURES``: after syncs FAILED, the next one waits for client-go's backoff (5 ms
   doubling per parent up to 1000 s and a 10/s bucket, in the stand-in as in Metacontroller,
-  :mod:`standin.ratelimit`) or the CompositeController's ``resyncPeriodSeconds`` tick,
+  :mod:`testbed.metacontroller.ratelimit`) or the CompositeController's ``resyncPeriodSeconds``
+  tick,
   which ``Add``s the parent past the rate limiter: the rig sets ``RESYNC_PERIOD`` = 15 s,
   so ``AFTER_FAILURES`` = 15 s + one probe round + the hop = 18 s;
 * (a) ``AFTER_FAILURES`` + the reconnect of the watches after the API server is back: the
@@ -51,7 +54,7 @@ and the promotion:
   leader's lists; it syncs every parent first) + ``ONE_SYNC``;
 * (c) ``AFTER_FAILURES`` from the hook's return: the backoff alone would be up to about the
   outage's length again (tens of seconds after 60 s; minutes after 5 minutes:
-  ``python -m bench.hooks_down``), the resync tick is at most a period away; a failure
+  ``python -m testbed.bench.hooks_down``), the resync tick is at most a period away; a failure
   names the hop that did not happen (no call since the hook returned: backoff pending;
   calls refused; the Service not moved; the slice not updated) with the log;
 * (d) ``ONE_SYNC``: the writes waiting on the API server complete once etcd answers
@@ -80,16 +83,16 @@ from typing import Any
 
 import pytest
 
-from controlplane import ControlPlane
-from controlplane.podnet import pod_ip
-from controlplane.rest import KubeRest, resource_path
-from devcluster import LeaderElection, PatroniCluster
-from devcluster.layout import API_PORT, PG_PORT
-from standin.harness import CLUSTER, SERVICE
-from standin.kube_rig import HOOK_ENV, KubeRig, member_pod
-from standin.leader_election import LEASE_NAME
-from standin.reflector import RECONNECT_CAP
-from standin.supervisor import Supervisor
+from testbed.kubernetes import ControlPlane
+from testbed.kubernetes.podnet import pod_ip
+from testbed.kubernetes.rest import KubeRest, resource_path
+from testbed.metacontroller.harness import CLUSTER, SERVICE
+from testbed.metacontroller.kube_rig import HOOK_ENV, KubeRig, member_pod
+from testbed.metacontroller.leader_election import LEASE_NAME
+from testbed.metacontroller.reflector import RECONNECT_CAP
+from testbed.metacontroller.supervisor import Supervisor
+from testbed.patroni import LeaderElection, PatroniCluster
+from testbed.patroni.layout import API_PORT, PG_PORT
 from tests import control_path_bounds as bounds
 from tests.controlplane_fixtures import running_control_plane
 from tests.kube_faults import (
@@ -218,7 +221,8 @@ def ha_rig(
     tmp_path: Path,
 ) -> Iterator[KubeRig]:
     """The rig with Metacontroller as deployed: 2 replicas, leader election, each restarted
-    as the kubelet restarts a container (:mod:`standin.supervisor`); the stand-in's or, with
+    as the kubelet restarts a container (:mod:`testbed.metacontroller.supervisor`); the stand-in's
+    or, with
     ``PGFH_METACONTROLLER_BINARY``, the binary's."""
     with rig_on(
         control_plane,

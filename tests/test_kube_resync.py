@@ -32,12 +32,12 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import ControlPlane
-from controlplane.rest import KubeRest, resource_path
-from standin.kube import CC_PATH, KubeMetacontroller
-from standin.kube_rig import PARENT_API, PARENTS, cluster_resource
-from standin.kube_setup import apply_crds
-from standin.metacontroller_binary import binary_from_env
+from testbed.kubernetes import ControlPlane
+from testbed.kubernetes.rest import KubeRest, resource_path
+from testbed.metacontroller.kube import CC_PATH, KubeMetacontroller
+from testbed.metacontroller.kube_rig import PARENT_API, PARENTS, cluster_resource
+from testbed.metacontroller.kube_setup import apply_crds
+from testbed.metacontroller.metacontroller_binary import binary_from_env
 from tests.controlplane_fixtures import running_control_plane
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]

@@ -29,14 +29,14 @@ from typing import Any
 import pytest
 import requests
 
-from controlplane import ControlPlane
-from controlplane.rest import KubeApiError, resource_path
-from devcluster import PatroniCluster
-from standin.gunicorn import GunicornHook
-from standin.harness import CLUSTER, PRIMARY_SELECTOR, SERVICE, rig_hook
-from standin.kube_rig import HOOK_ENV, PARENT_API, PARENTS
-from standin.loop import POD_NAME_LABEL
-from standin.metacontroller_binary import ENV_BINARY
+from testbed.kubernetes import ControlPlane
+from testbed.kubernetes.rest import KubeApiError, resource_path
+from testbed.metacontroller.gunicorn import GunicornHook
+from testbed.metacontroller.harness import CLUSTER, PRIMARY_SELECTOR, SERVICE, rig_hook
+from testbed.metacontroller.kube_rig import HOOK_ENV, PARENT_API, PARENTS
+from testbed.metacontroller.loop import POD_NAME_LABEL
+from testbed.metacontroller.metacontroller_binary import ENV_BINARY
+from testbed.patroni import PatroniCluster
 from tests.kube_faults import rig_on, wait_status
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]

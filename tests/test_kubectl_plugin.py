@@ -1,6 +1,7 @@
 """``kubectl pgfh``: the real ``kubernetes`` client against a loopback API server.
 
-Test design: the objects the fake API server (:mod:`tests.kubeapi`) serves are not written by
+Test design: the objects the fake API server (:mod:`testbed.fakes.kubeapi`) serves are not written
+by
 hand where the project can make them. The PostgreSQLCluster's status, its Services and the
 read-only EndpointSlice are what the real hook answered for the recorded Metacontroller
 requests (tests/fixtures/metacontroller), applied by the Metacontroller stand-in until
@@ -43,11 +44,11 @@ from flask.testing import FlaskClient
 
 from hooks.domain.members import WalSender
 from pgfh_plugin import checks, cli, style
-from standin.apply import World, apply_reply, check_reply
+from testbed.fakes.kubeapi import COMPOSITECONTROLLERS, FakeKubeAPI, endpoint_slice_for
+from testbed.fakes.patroni_wire import patroni_body
+from testbed.metacontroller.apply import World, apply_reply, check_reply
 from tests.child_helpers import MIB, READ_ONLY, answer, backup_fields
 from tests.helpers import P0, P1, P2, FakeProber, down, fixture
-from tests.kubeapi import COMPOSITECONTROLLERS, FakeKubeAPI, endpoint_slice_for
-from tests.patroni_wire import patroni_body
 
 ROOT = Path(__file__).resolve().parent.parent
 NS = "databases"

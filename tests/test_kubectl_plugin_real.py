@@ -8,8 +8,8 @@ has them:
   Metacontroller's Deployment as its Helm chart renders it with the arguments of
   ``deploy/metacontroller-values.yaml`` (nothing schedules it: ``check`` reads its spec);
 * three member Pods bound to Node ``pgfh-node-0``, which the kubelet stand-in
-  (:class:`controlplane.kubelet.KubeletStandIn`) reports Running with the Pod IPs of
-  :mod:`controlplane.podnet` (``198.18.0.N`` for ``127.0.0.N``) and Ready from each Pod's
+  (:class:`testbed.kubernetes.kubelet.KubeletStandIn`) reports Running with the Pod IPs of
+  :mod:`testbed.kubernetes.podnet` (``198.18.0.N`` for ``127.0.0.N``) and Ready from each Pod's
   readiness probe, Patroni's ``GET /readiness``, answered by a small loopback server per member;
 * the PostgreSQLCluster, synced by the real hook (``hooks.shell.app.create_app`` in process, a
   :class:`tests.helpers.FakeProber` playing the members' Patroni) on requests built from the
@@ -55,14 +55,14 @@ import pytest
 import yaml
 from flask.testing import FlaskClient
 
-from controlplane import ControlPlane, ControlPlaneError, start_control_plane
-from controlplane.binaries import pinned_version
-from controlplane.kubelet import POD_IP_ANNOTATION, KubeletStandIn
-from controlplane.podnet import pod_ip
-from controlplane.rest import KubeRest, resource_path
 from hooks.shell.app import create_app
 from hooks.shell.config import HookSettings
-from standin.kube_setup import apply_crds
+from testbed.kubernetes import ControlPlane, ControlPlaneError, start_control_plane
+from testbed.kubernetes.binaries import pinned_version
+from testbed.kubernetes.kubelet import POD_IP_ANNOTATION, KubeletStandIn
+from testbed.kubernetes.podnet import pod_ip
+from testbed.kubernetes.rest import KubeRest, resource_path
+from testbed.metacontroller.kube_setup import apply_crds
 from tests.child_helpers import MIB, READ_ONLY, answer
 from tests.helpers import NO_AUTH, FakeProber
 from tests.test_kubectl_plugin import MC_NAME, MC_NS, metacontroller_deployment

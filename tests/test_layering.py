@@ -33,8 +33,9 @@ from typing import Any
 
 import pytest
 
+from tests.import_contracts import assert_breaks, lint_imports
+
 ROOT = Path(__file__).resolve().parent.parent
-LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 PLUGIN = "pgfh_plugin"
 
 #: The pure layers, from the bottom up, and what each must never import besides I/O: every
@@ -139,20 +140,6 @@ def test_no_contract_is_weakened() -> None:
 # ================================================================ does fail
 
 
-def _lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
-    assert LINT_IMPORTS.exists(), f"import-linter is not installed next to {sys.executable}"
-    return subprocess.run(
-        [str(LINT_IMPORTS), "--no-cache"],
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        # The copy comes first on the path, before the editable install of the real tree.
-        env={**os.environ, "PYTHONPATH": str(tree)},
-        check=False,
-    )
-
-
 @pytest.fixture(scope="module")
 def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """hooks/, pgfh_plugin/ and pyproject.toml in a scratch directory; the copy passes."""
@@ -162,7 +149,7 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
             ROOT / package, tree / package, ignore=shutil.ignore_patterns("__pycache__")
         )
     shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
-    result = _lint_imports(tree)
+    result = lint_imports(tree)
     assert result.returncode == 0, result.stdout + result.stderr
     return tree
 
@@ -192,19 +179,7 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_forbidden_import_breaks_the_contract_it_names(
     copy: Path, module: str, line: str, imported: str, contract: str
 ) -> None:
-    path = copy / module
-    original = path.read_text()
-    try:
-        path.write_text(f"{line}  # noqa\n{original}")
-        result = _lint_imports(copy)
-    finally:
-        path.write_text(original)
-    output = result.stdout + result.stderr
-    assert result.returncode != 0, output
-    # import-linter wraps long lines: compare with the whitespace squeezed.
-    broken = " ".join(output[output.index("Broken contracts") :].split())
-    assert " ".join(_contracts()[contract]["name"].split()) in broken, output
-    assert f"{module.removesuffix('.py').replace('/', '.')} -> {imported} (l.1)" in broken, output
+    assert_breaks(copy, module, line, imported, _contracts()[contract]["name"])
 
 
 # ============================================================ at run time

@@ -1,4 +1,4 @@
-"""A short smoke run of the load benchmark (bench/load.py), and big requests over gunicorn.
+"""A short smoke run of the load benchmark (testbed/bench/load.py), and big requests over gunicorn.
 
 Test design: the benchmark's own code, shortened (a few seconds, 8 clients): the hook
 under the production gunicorn config, fake Patroni members in their own process, the
@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from bench.common import encode
-from bench.load import OK, measure, report
-from bench.spread import GoTransport, run_mode
-from bench.stages import measure as stages_measure
-from standin.apply import check_reply
-from standin.gunicorn import free_port, gunicorn_hook
+from testbed.bench.common import encode
+from testbed.bench.load import OK, measure, report
+from testbed.bench.spread import GoTransport, run_mode
+from testbed.bench.stages import measure as stages_measure
+from testbed.metacontroller.apply import check_reply
+from testbed.metacontroller.gunicorn import free_port, gunicorn_hook
 from tests.helpers import many_pods
 
 pytestmark = [pytest.mark.slow, pytest.mark.gunicorn]
@@ -97,7 +97,7 @@ def test_a_request_with_500_pods_is_answered_under_gunicorn(tmp_path: Path) -> N
 
 
 def test_a_short_spread_run_reaches_the_added_pod_and_ends_connections(tmp_path: Path) -> None:
-    """bench/spread.py shortened: 1 pod, then 2; the hook ends each connection after 5."""
+    """testbed/bench/spread.py shortened: 1 pod, then 2; the hook ends each connection after 5."""
     result = run_mode(
         5, pods=2, initial=1, rate=20, workers=3, before=2, after=3, threads=2, workdir=tmp_path
     )
@@ -135,12 +135,12 @@ def test_the_stage_split_runs_the_real_app() -> None:
 
 
 def test_the_probe_round_benchmark_prints_every_row_with_a_ratio() -> None:
-    # bench.rounds shortened, the prober beside itself (the --against path): every round
+    # testbed.bench.rounds shortened, the prober beside itself (the --against path): every round
     # is checked by the benchmark (one leader found, every TLS member answered), so a
     # broken round raises; only the table's shape is asserted here.
-    from bench.rounds import Prober
-    from bench.rounds import measure as rounds_measure
     from hooks import patroni
+    from testbed.bench.rounds import Prober
+    from testbed.bench.rounds import measure as rounds_measure
 
     table = rounds_measure([Prober("a", patroni), Prober("b", patroni)], samples=5)
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]

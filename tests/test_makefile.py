@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from standin.gunicorn import free_port
+from testbed.metacontroller.gunicorn import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 MAKEFILE = REPO / "Makefile"

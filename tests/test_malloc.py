@@ -1,5 +1,5 @@
 """The malloc arena cap of each worker (hooks/shell/malloc.py); its effect is measured by
-bench/memory.py (the figures are in bench/README.md)."""
+testbed/bench/memory.py (the figures are in testbed/bench/README.md)."""
 
 from __future__ import annotations
 

@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 import yaml
 
-from controlplane import ControlPlane
-from controlplane.binaries import find_go
+from testbed.kubernetes import ControlPlane
+from testbed.kubernetes.binaries import find_go
 from tests.controlplane_fixtures import running_control_plane
 from tests.manifest_helpers import EXAMPLE_FULL, EXAMPLE_SEED, METACONTROLLER_CRDS, REPO
 

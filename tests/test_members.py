@@ -26,7 +26,7 @@ import pytest
 
 from hooks.domain.members import LEADER_ROLES, MemberStatus, ProbeTarget, ProbeVerdict
 from hooks.domain.model import LEADER_PATHS
-from tests.patroni_wire import patroni_body
+from testbed.fakes.patroni_wire import patroni_body
 
 LEADER, NOT_LEADER, UNREACHABLE = (
     ProbeVerdict.LEADER,

@@ -1,9 +1,9 @@
-"""The filter of ``bench.metacontroller_metrics``: what it keeps of a scrape is what
+"""The filter of ``testbed.bench.metacontroller_metrics``: what it keeps of a scrape is what
 tests/data/metacontroller-metrics/ records and the alerts are checked against."""
 
 from __future__ import annotations
 
-from bench.metacontroller_metrics import hook_deployment, interesting
+from testbed.bench.metacontroller_metrics import hook_deployment, interesting
 
 SCRAPE = """\
 # HELP go_goroutines Number of goroutines that currently exist.

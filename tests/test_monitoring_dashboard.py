@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from hooks.domain.members import MemberStatus
+from testbed.fakes.patroni_wire import patroni_body
 from tests import monitoring_cases
 from tests.helpers import leader, make_service, replica, sync_body
 from tests.monitoring_cases import (
@@ -36,7 +37,6 @@ from tests.monitoring_cases import (
     promtool,
     render_prometheus_rule,
 )
-from tests.patroni_wire import patroni_body
 
 # ---------------------------------------------------------------- dashboard
 

@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from controlplane import ControlPlane
-from controlplane.kube_state_metrics import KubeStateMetrics, running_kube_state_metrics
-from controlplane.rest import KubeRest, resource_path
+from testbed.kubernetes import ControlPlane
+from testbed.kubernetes.kube_state_metrics import KubeStateMetrics, running_kube_state_metrics
+from testbed.kubernetes.rest import KubeRest, resource_path
 from tests.helpers import P0, P1, P2, down, fixture, leader, replica, run
 from tests.prometheus import Prometheus, running_prometheus
 

@@ -7,7 +7,7 @@ CONTRIBUTING.md, "Mutation testing").
   them is mutated too.
 * It runs only fast tests: every selected test file exists and none starts the devcluster or
   gunicorn.
-* ``bench/mutation_score.py`` counts a mutant as killed when a test failed on it, it timed
+* ``testbed/bench/mutation_score.py`` counts a mutant as killed when a test failed on it, it timed
   out or the type checker refused it, and fails the target under the threshold.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from bench import mutation_score
+from testbed.bench import mutation_score
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -17,7 +17,7 @@ import pytest
 from hooks.domain.members import MemberStatus, ProbeTarget, ProbeVerdict
 from hooks.domain.model import LEADER_PATHS
 from hooks.loaders.patroni_answer import head_verdict, status_from_body, too_large
-from tests.patroni_wire import patroni_body
+from testbed.fakes.patroni_wire import patroni_body
 
 TARGET = ProbeTarget(
     pod="pg-0", url="http://10.0.0.5:8008/primary", connect_timeout=1, read_timeout=1

@@ -1,4 +1,4 @@
-"""Patroni 4.1 on its Kubernetes DCS against the real API server (``devcluster`` with
+"""Patroni 4.1 on its Kubernetes DCS against the real API server (``testbed.patroni`` with
 ``kubernetes=``), with the leader lock in Endpoints and in ConfigMaps: the election, what
 Patroni writes on its members' Pods (what the hook's switchover detection reads), the objects
 it creates (what the primary Service must not be named like), and a planned switchover.
@@ -21,23 +21,23 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from controlplane import ControlPlane
-from controlplane.kubelet import KubeletStandIn
-from controlplane.podnet import pod_ip
-from controlplane.rest import KubeApiError, KubeRest
-from devcluster import PatroniCluster
-from devcluster.kubernetes_dcs import (
-    KubernetesDCS,
-    create_member_pods,
-    grant_patroni_rights,
-)
-from devcluster.layout import ETCD_CLIENT_PORT
 from hooks.core.routing import choose_leader
 from hooks.core.switchover import Detection, DetectionReason, detect
 from hooks.domain.members import MemberStatus
 from hooks.loaders.schemas import load_spec
-from standin.harness import PRIMARY_SELECTOR
-from standin.kube_setup import OUR_CRD, apply_crds
+from testbed.kubernetes import ControlPlane
+from testbed.kubernetes.kubelet import KubeletStandIn
+from testbed.kubernetes.podnet import pod_ip
+from testbed.kubernetes.rest import KubeApiError, KubeRest
+from testbed.metacontroller.harness import PRIMARY_SELECTOR
+from testbed.metacontroller.kube_setup import OUR_CRD, apply_crds
+from testbed.patroni import PatroniCluster
+from testbed.patroni.kubernetes_dcs import (
+    KubernetesDCS,
+    create_member_pods,
+    grant_patroni_rights,
+)
+from testbed.patroni.layout import ETCD_CLIENT_PORT
 from tests.helpers import loaded_pods
 
 SCOPE = "pg-orders"

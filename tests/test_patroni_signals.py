@@ -26,6 +26,7 @@ from hooks.domain.model import LEADER_PATHS, POD_NAME_LABEL
 from hooks.domain.observed import Pod
 from hooks.loaders.schemas import load_spec
 from hooks.parts.readonly import classify
+from testbed.fakes.patroni_wire import patroni_body
 from tests.child_helpers import (
     LEADER_AT,
     answer,
@@ -37,7 +38,6 @@ from tests.child_helpers import (
     rs_spec,
 )
 from tests.helpers import P0, P1, P2, SELECTOR, make_pod, run, seed_spec
-from tests.patroni_wire import patroni_body
 
 BOOTSTRAP = {"pgfh.example/bootstrapping": "true", "team": "db"}
 #: Every state string of Patroni 3.0.0 to 4.1.4 (patroni/postgresql/misc.py at v4.1.4,

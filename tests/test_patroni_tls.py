@@ -27,14 +27,14 @@ from typing import Any
 
 import pytest
 
-from devcluster import PatroniCluster, RestApiTLS
 from hooks.core.policy import ProbePolicy, parse_networks
 from hooks.domain.members import MemberStatus, ProbeTarget, ProbeVerdict
 from hooks.patroni import PatroniProber
 from hooks.probe.tls import PatroniTLS
 from hooks.shell.app import create_app
 from hooks.shell.config import HookSettings
-from tests.certs import Pair, TestCA
+from testbed.certs import Pair, TestCA
+from testbed.patroni import PatroniCluster, RestApiTLS
 from tests.helpers import NO_AUTH, NOW, make_pod, make_service, seed_spec, sync_body
 
 pytestmark = [pytest.mark.patroni, pytest.mark.slow]

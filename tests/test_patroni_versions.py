@@ -27,8 +27,8 @@ from hooks.domain.model import ResyncTiming
 from hooks.patroni import PatroniProber
 from hooks.shell.app import create_app
 from hooks.shell.config import HookSettings
-from tests import fakes
-from tests.fakes import Behaviour, FakeCluster
+from testbed.fakes import patroni as fakes
+from testbed.fakes.patroni import Behaviour, FakeCluster
 from tests.helpers import NO_AUTH, NOW, fixture
 
 SHAPES = Path(__file__).parent / "fixtures" / "patroni"

@@ -1,6 +1,6 @@
 """The real :class:`PatroniProber` against loopback fake Patroni members.
 
-Design notes: every fake is a real TCP server (``tests/fakes.py``), so timeouts,
+Design notes: every fake is a real TCP server (``testbed/fakes/patroni.py``), so timeouts,
 resets, redirects and body caps are exercised through the prober's own sockets
 exactly as in production. Timing assertions are correctness bounds (``deadline + 0.25 s``), not
 benchmarks; deadlines are kept at 0.5-1.0 s so the module stays fast.
@@ -26,9 +26,9 @@ import requests
 
 from hooks.domain.members import MemberStatus, ProbeTarget, ProbeVerdict
 from hooks.patroni import PatroniProber
-from tests import fakes
-from tests.fakes import Behaviour, FakeMember, FullBacklog
-from tests.patroni_wire import patroni_body, read_request_head
+from testbed.fakes import patroni as fakes
+from testbed.fakes.patroni import Behaviour, FakeMember, FullBacklog
+from testbed.fakes.patroni_wire import patroni_body, read_request_head
 
 DEADLINE = 0.5
 #: probe() may overrun its deadline by scheduling noise only, never by a member's delay.

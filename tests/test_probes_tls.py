@@ -1,7 +1,7 @@
 """The real :class:`PatroniProber` against loopback HTTPS members (no Patroni needed).
 
 Design notes: each member is a small threaded TLS server in this process (``TLSMember``)
-with a certificate made for the test (``tests/certs.py``) that answers one GET with
+with a certificate made for the test (``testbed/certs.py``) that answers one GET with
 Patroni's leader document and closes, as Patroni does. What a real Patroni does with TLS
 (``verify_client: required``, serverName) is ``tests/test_patroni_tls.py``'s, under the
 cluster lock; this module covers what needs many members, IPv6, or files that change:
@@ -31,8 +31,8 @@ from hooks.domain.members import ProbeTarget, ProbeVerdict
 from hooks.patroni import PatroniProber
 from hooks.probe.tls import PatroniTLS
 from hooks.shell.config import HookSettings
-from tests.certs import Pair, TestCA
-from tests.patroni_wire import patroni_body, read_request_head, response_head
+from testbed.certs import Pair, TestCA
+from testbed.fakes.patroni_wire import patroni_body, read_request_head, response_head
 
 LEADER_REASON = "HTTP 200 on /primary: primary, running"
 UNTRUSTED = "TLS: certificate not signed by a trusted CA (PGFH_PATRONI_CA_FILE)"

@@ -32,8 +32,8 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
-from standin.gunicorn import GunicornHook
-from standin.harness import Rig
+from testbed.metacontroller.gunicorn import GunicornHook
+from testbed.metacontroller.harness import Rig
 from tests.prometheus import Prometheus, running_prometheus
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]

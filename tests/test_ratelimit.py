@@ -1,4 +1,5 @@
-"""client-go's work-queue rate limiter and queue (standin.ratelimit, standin.workqueue), pure:
+"""client-go's work-queue rate limiter and queue (testbed.metacontroller.ratelimit,
+testbed.metacontroller.workqueue), pure:
 the clock is a plain number. The expected values are client-go v0.36.3's and
 golang.org/x/time/rate v0.14.0's (Metacontroller v4.17.2's go.mod), worked out by hand."""
 
@@ -6,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from standin.ratelimit import (
+from testbed.metacontroller.ratelimit import (
     BASE_DELAY,
     BUCKET_BURST,
     BUCKET_QPS,
@@ -16,7 +17,7 @@ from standin.ratelimit import (
     MaxOf,
     default_controller_rate_limiter,
 )
-from standin.workqueue import QueueCore
+from testbed.metacontroller.workqueue import QueueCore
 
 
 def test_the_defaults_are_client_gos() -> None:

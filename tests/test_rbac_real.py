@@ -4,7 +4,7 @@ overlay's hook account, as its RBAC authorizer decides.
 Test design notes:
 
 * Metacontroller's identity is ``system:serviceaccount:metacontroller:metacontroller`` with a
-  bound token (controlplane/accounts.py), its ClusterRole exactly ``clusterRole.rules`` of
+  bound token (testbed/kubernetes/accounts.py), its ClusterRole exactly ``clusterRole.rules`` of
   deploy/metacontroller-values.yaml. CALLS lists the requests Metacontroller v4.17.2 makes
   for pg-failover-hook (each with the source that makes it; tests/test_rbac.py and the
   values' comments have the paths): every one is allowed, asked with ``kubectl auth can-i
@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controlplane import ControlPlane
-from controlplane.accounts import (
+from testbed.kubernetes import ControlPlane
+from testbed.kubernetes.accounts import (
     METACONTROLLER_ACCOUNT,
     METACONTROLLER_NAMESPACE,
     metacontroller_kubeconfig,
@@ -37,7 +37,7 @@ from controlplane.accounts import (
     service_account_kubeconfig,
     subject,
 )
-from controlplane.rest import KubeRest
+from testbed.kubernetes.rest import KubeRest
 from tests.helpers import wait_for
 from tests.manifest_helpers import CRD_FILE, METACONTROLLER_CRDS, rendered
 

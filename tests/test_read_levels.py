@@ -33,6 +33,7 @@ from hooks.parts.read_levels import (
     member_level,
     unserved,
 )
+from testbed.fakes.patroni_wire import patroni_body
 from tests.child_helpers import (
     MIB,
     SLICE,
@@ -46,7 +47,6 @@ from tests.child_helpers import (
     slice_names,
 )
 from tests.helpers import P0, P1, P2, fed_back, run
-from tests.patroni_wire import patroni_body
 
 SYNC_STATES = ("sync", "potential", "quorum", "async", None)
 LEVEL_STATE = {"synchronous": "sync", "quorum": "quorum"}

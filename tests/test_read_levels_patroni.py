@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from devcluster.cluster import PatroniCluster
-from devcluster.waiting import poll_until
-from standin.harness import PRIMARY_SELECTOR, READ_ONLY_SERVICE, SERVICE, Rig
+from testbed.metacontroller.harness import PRIMARY_SELECTOR, READ_ONLY_SERVICE, SERVICE, Rig
+from testbed.patroni.cluster import PatroniCluster
+from testbed.patroni.waiting import poll_until
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]
 

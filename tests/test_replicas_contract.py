@@ -1,5 +1,5 @@
 """Contract tests of the read-only Service: the real Flask app, replies applied by the
-Metacontroller stand-in (:mod:`standin.apply`).
+Metacontroller stand-in (:mod:`testbed.metacontroller.apply`).
 
 Test design: the recorded requests' world (tests/fixtures/metacontroller) with
 ``spec.replicaService`` (and ``spec.backup``, so the parts are seen side by side) added;

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from standin.harness import (
+from testbed.metacontroller.harness import (
     PRIMARY_SELECTOR,
     READ_ONLY_SERVICE,
     SERVICE,

@@ -5,7 +5,8 @@ through the real app (the Flask test client, a fixed clock, a fake prober) under
 Patroni scenarios, with the spec as recorded and with ``spec.replicaService`` and
 ``spec.backup`` added, each also as an older CompositeController sends it (the ``Service.v1``
 group only, as the first recordings were made: no EndpointSlice or CronJob group); then one
-cluster's life is played through the Metacontroller stand-in (:mod:`standin.apply`: the
+cluster's life is played through the Metacontroller stand-in (:mod:`testbed.metacontroller.apply`:
+the
 replies applied, so that the later requests carry observed read-only Services, their
 EndpointSlices, the CronJob and a backup Job): settle, fail over, lose every member, an
 invalid spec, finalize. Each reply's HTTP status and exact body bytes are compared with
@@ -34,7 +35,7 @@ from flask.testing import FlaskClient
 from hooks.domain.members import MemberStatus
 from hooks.shell.app import create_app
 from hooks.shell.config import HookSettings
-from standin.apply import World, apply_reply, check_reply
+from testbed.metacontroller.apply import World, apply_reply, check_reply
 from tests.child_helpers import READ_ONLY, answer, backup_fields
 from tests.helpers import NO_AUTH, NOW, P0, P1, P2, FakeProber, down
 

@@ -1,6 +1,7 @@
 """Credential rotation that Metacontroller really picks up (ops/rotate.py).
 
-Run against the stand-in's model of Metacontroller 4.17.2 (standin/credentials.py): the
+Run against the stand-in's model of Metacontroller 4.17.2 (testbed/metacontroller/credentials.py):
+the
 credentials are resolved when the controller is built and rebuilt only on a spec change,
 the hook pods check tokens with the real ``hooks.shell.auth.Authenticator`` over a mount the
 model's kubelet refreshes once a minute. The documented procedure keeps every call
@@ -17,7 +18,7 @@ import pytest
 import yaml
 
 from ops.rotate import Names, RotationError, Timing, rotate_tls, rotate_token
-from standin.credentials import ModelCluster
+from testbed.metacontroller.credentials import ModelCluster
 from tests.test_manifests import rendered
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -23,8 +23,8 @@ from hooks.probe.tls import PatroniTLS
 from hooks.shell import auth as auth_module
 from hooks.shell.app import create_app
 from hooks.shell.config import AuthSettings, HookSettings, ServerTLS
-from standin.gunicorn import GunicornHook, gunicorn_hook
-from tests.certs import Pair, TestCA
+from testbed.certs import Pair, TestCA
+from testbed.metacontroller.gunicorn import GunicornHook, gunicorn_hook
 from tests.helpers import (
     CLUSTER,
     NOW,

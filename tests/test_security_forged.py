@@ -20,8 +20,8 @@ from hooks.loaders.envelope import load_sync_request
 from hooks.patroni import PatroniProber
 from hooks.shell.app import create_app
 from hooks.shell.config import HookSettings
-from tests import fakes
-from tests.fakes import FakeMember
+from testbed.fakes import patroni as fakes
+from testbed.fakes.patroni import FakeMember
 from tests.helpers import (
     CLUSTER,
     NO_AUTH,

@@ -36,13 +36,13 @@ import pytest
 import requests
 import yaml
 
-from controlplane import ControlPlane
-from controlplane.rest import KubeRest, resource_path
-from devcluster import PatroniCluster
-from standin.gunicorn import GunicornHook
-from standin.harness import CLUSTER, PRIMARY_SELECTOR, SERVICE, rig_hook
-from standin.kube_rig import HOOK_ENV, KubeRig
-from standin.loop import POD_NAME_LABEL
+from testbed.kubernetes import ControlPlane
+from testbed.kubernetes.rest import KubeRest, resource_path
+from testbed.metacontroller.gunicorn import GunicornHook
+from testbed.metacontroller.harness import CLUSTER, PRIMARY_SELECTOR, SERVICE, rig_hook
+from testbed.metacontroller.kube_rig import HOOK_ENV, KubeRig
+from testbed.metacontroller.loop import POD_NAME_LABEL
+from testbed.patroni import PatroniCluster
 from tests.kube_faults import rig_on, wait_status
 from tests.test_kubectl_plugin_real import pgfh, wait_for
 

@@ -33,7 +33,7 @@ from hooks.loaders.schemas import load_spec
 from hooks.parts.primary import foreign_service
 from hooks.shell.app import create_app
 from hooks.shell.config import HookSettings
-from standin.apply import check_reply
+from testbed.metacontroller.apply import check_reply
 from tests.child_helpers import READ_ONLY, condition, rs_spec
 from tests.helpers import (
     CLUSTER,

@@ -26,7 +26,7 @@ import pytest
 import requests
 
 from hooks.shell import ops
-from standin.gunicorn import GunicornHook, free_port, gunicorn_hook
+from testbed.metacontroller.gunicorn import GunicornHook, free_port, gunicorn_hook
 from tests.test_gunicorn import EPHEMERAL_PORTS, sync_body
 
 pytestmark = pytest.mark.gunicorn

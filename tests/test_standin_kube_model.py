@@ -11,13 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from standin.apply import LAST_APPLIED
-from standin.dynamic_apply import apply_update, detect_list_map_key, for_create, merge
-from standin.kube import parse_duration, resync_periods, retry_after
-from standin.kube_setup import local_controller
-from standin.metacontroller_binary import command_args
-from standin.selectors import matches
-from standin.workqueue import WorkQueue
+from testbed.metacontroller.apply import LAST_APPLIED
+from testbed.metacontroller.dynamic_apply import (
+    apply_update,
+    detect_list_map_key,
+    for_create,
+    merge,
+)
+from testbed.metacontroller.kube import parse_duration, resync_periods, retry_after
+from testbed.metacontroller.kube_setup import local_controller
+from testbed.metacontroller.metacontroller_binary import command_args
+from testbed.metacontroller.selectors import matches
+from testbed.metacontroller.workqueue import WorkQueue
 
 PARENT = {
     "apiVersion": "adg.io/v1alpha1",
@@ -164,7 +169,7 @@ def test_the_real_binary_gets_the_values_flags_with_loopback_ports(tmp_path: Pat
 def test_a_related_rule_by_names_matches_that_name_in_the_parents_namespace_only() -> None:
     """``matchesRelatedRule``'s ``selectByNamespaceAndNames`` for a v1 hook and a namespaced
     parent (customize/manager.go): the name must be listed, the namespace the parent's."""
-    from standin.kube import KubeMetacontroller
+    from testbed.metacontroller.kube import KubeMetacontroller
 
     rule = {"apiVersion": "v1", "resource": "services", "names": ["pg"], "namespace": "db"}
 

@@ -1,8 +1,9 @@
 """The stand-in elects a leader and is restarted the way Metacontroller is.
 
 Pure parts with plain values: client-go v0.36.3's ``tryAcquireOrRenew`` decisions
-(:mod:`standin.leader_election`) and the kubelet v1.36.3 CrashLoopBackOff
-(:mod:`standin.supervisor`); then the elector's I/O against the real API server (a Lease in
+(:mod:`testbed.metacontroller.leader_election`) and the kubelet v1.36.3 CrashLoopBackOff
+(:mod:`testbed.metacontroller.supervisor`); then the elector's I/O against the real API server (a
+Lease in
 a namespace of the session's control plane): one leader, a stopped leader does not release
 its Lease, and the standby takes it only a lease duration after it first saw it unchanged.
 """
@@ -17,9 +18,9 @@ from dataclasses import dataclass, field
 import pytest
 import requests
 
-from controlplane import ControlPlane
-from controlplane.rest import KubeApiError, KubeRest, resource_path
-from standin.leader_election import (
+from testbed.kubernetes import ControlPlane
+from testbed.kubernetes.rest import KubeApiError, KubeRest, resource_path
+from testbed.metacontroller.leader_election import (
     JITTER_FACTOR,
     LEASE_DURATION,
     RENEW_DEADLINE,
@@ -37,7 +38,7 @@ from standin.leader_election import (
     renew_deadline_passed,
     renewal,
 )
-from standin.supervisor import (
+from testbed.metacontroller.supervisor import (
     INITIAL_BACKOFF,
     MAX_BACKOFF,
     BackOffEntry,

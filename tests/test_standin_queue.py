@@ -1,4 +1,5 @@
-"""The stand-in schedules syncs the way Metacontroller's work queue does (standin/loop.py).
+"""The stand-in schedules syncs the way Metacontroller's work queue does
+(testbed/metacontroller/loop.py).
 
 Metacontroller v4.17.2 builds with client-go v0.36.3, whose delaying queue
 (``util/workqueue/delaying_queue.go``) keeps a waiting key's EARLIER ``readyAt`` when a
@@ -16,8 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from standin.apply import Applied
-from standin.loop import DelayedAdd, MetacontrollerStandIn, SyncRecord
+from testbed.metacontroller.apply import Applied
+from testbed.metacontroller.loop import DelayedAdd, MetacontrollerStandIn, SyncRecord
 
 
 def test_a_second_add_after_keeps_the_earlier_ready_time() -> None:

@@ -14,8 +14,8 @@ import json
 
 from hooks.core.policy import ProbePolicy
 from hooks.domain.members import MAX_FIELD_CHARS, MAX_NAME_CHARS, MemberStatus
+from testbed.fakes.patroni_wire import patroni_body
 from tests.helpers import make_pod, make_service, run, sync_body
-from tests.patroni_wire import patroni_body
 
 #: What the status of one cluster may take at most, whatever the members answer: a tenth
 #: of etcd's default request limit (1.5 MiB), leaving room for the spec and metadata.

@@ -31,6 +31,7 @@ from hooks.domain.model import (
     SwitchoverSpec,
 )
 from hooks.loaders.schemas import load_spec
+from testbed.fakes.patroni_wire import patroni_body
 from tests.helpers import (
     CLUSTER,
     NOW,
@@ -54,7 +55,6 @@ from tests.helpers import (
     without_resync,
 )
 from tests.helpers import run as run_pipeline
-from tests.patroni_wire import patroni_body
 
 NAMES = (P0, P1, P2)
 SPILO = {"roleLabel": {"key": "spilo-role", "leaderValue": "master"}}

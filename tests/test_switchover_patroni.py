@@ -4,7 +4,8 @@ The session's 3-member Patroni cluster, the hook under gunicorn with the product
 config, and the Metacontroller stand-in. Two ways a planned switchover (Patroni's
 ``POST /switchover``: no kill, no NotReady) reaches the hook:
 
-* Kubernetes DCS: :class:`standin.harness.RoleLabelKeeper` patches the member Pods' role
+* Kubernetes DCS: :class:`testbed.metacontroller.harness.RoleLabelKeeper` patches the member Pods'
+  role
   label and status annotation as Patroni's ``touch_member`` does. The healthy resync is
   30 s, so only the Pod change can explain a Service that follows at once.
 * etcd DCS (no role evidence on the Pods): the cluster is polled every
@@ -22,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from devcluster import PatroniCluster
-from standin.gunicorn import GunicornHook
-from standin.harness import CLUSTER, PRIMARY_SELECTOR, SERVICE, Rig, start_rig
+from testbed.metacontroller.gunicorn import GunicornHook
+from testbed.metacontroller.harness import CLUSTER, PRIMARY_SELECTOR, SERVICE, Rig, start_rig
+from testbed.patroni import PatroniCluster
 from tests.patroni_fixtures import assert_invariants
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.slow]

@@ -18,6 +18,7 @@ from hooks.core.routing import Decision
 from hooks.domain.members import MemberStatus
 from hooks.loaders.envelope import load_sync_request
 from hooks.sync import reconcile
+from testbed.fakes.patroni_wire import patroni_body
 from tests.helpers import (
     INVALID_SPECS,
     NAMESPACE,
@@ -41,7 +42,6 @@ from tests.helpers import (
     spread,
     sync_body,
 )
-from tests.patroni_wire import patroni_body
 from tests.sync_cases import (
     EARLIER_STAMP,
     MANAGED_BY,

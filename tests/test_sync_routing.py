@@ -37,6 +37,7 @@ from hooks.domain.members import MemberStatus
 from hooks.domain.model import LAST_APPLIED_ANNOTATION, LEADER_PATHS, ResyncTiming
 from hooks.loaders.envelope import load_sync_request
 from hooks.sync import reconcile
+from testbed.fakes.patroni_wire import patroni_body
 from tests.doubts import DOUBT_IDS, DOUBTS, Doubt
 from tests.helpers import (
     CLUSTER,
@@ -65,7 +66,6 @@ from tests.helpers import (
     spread,
     sync_body,
 )
-from tests.patroni_wire import patroni_body
 from tests.sync_cases import (
     MANAGED_BY,
     NOW_STAMP,

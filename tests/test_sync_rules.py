@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from hooks.core.routing import Decision
 from hooks.domain.members import MemberStatus
 from hooks.domain.model import LAST_APPLIED_ANNOTATION
+from testbed.fakes.patroni_wire import patroni_body
 from tests.doubts import DOUBTS
 from tests.helpers import (
     CLUSTER,
@@ -45,7 +46,6 @@ from tests.helpers import (
     sync_body,
     without_resync,
 )
-from tests.patroni_wire import patroni_body
 from tests.sync_cases import (
     LATER,
     SERVER_FIELDS,

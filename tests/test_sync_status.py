@@ -19,6 +19,7 @@ from hooks.core.routing import Decision
 from hooks.domain.members import MemberStatus, ProbeTarget
 from hooks.domain.model import LEADER_PATHS
 from hooks.loaders.envelope import load_sync_request
+from testbed.fakes.patroni_wire import patroni_body
 from tests.doubts import DOUBT_IDS, DOUBTS, Doubt
 from tests.helpers import (
     CLUSTER,
@@ -41,7 +42,6 @@ from tests.helpers import (
     seed_spec,
     sync_body,
 )
-from tests.patroni_wire import patroni_body
 from tests.sync_cases import (
     EARLIER_STAMP,
     LATER,

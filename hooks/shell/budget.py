@@ -3,7 +3,7 @@
 A sync request is decoded into Python objects that take many times its size. With 16
 request threads in each of 2 workers, 32 requests of the largest accepted size at once
 needed 446 MiB (993 MiB at the former 4 MiB cap) on a pod limited to 256 MiB
-(bench/memory.py): the kernel would kill the pod and every
+(testbed/bench/memory.py): the kernel would kill the pod and every
 sync in flight on it. Fewer threads would bound the memory, but also the number of syncs
 waiting on slow members at once, which cost almost no memory. So the threads stay, and the
 *bytes* are bounded instead: a request waits (holding only its thread and its socket) until

@@ -71,11 +71,11 @@ class HookSettings:
     #: Largest sync request accepted (``PGFH_MAX_REQUEST_BYTES``). Unset, it follows the
     #: members cap (:func:`request_cap`): a cluster the hook would probe always fits, and
     #: every request thread can hold one at once within the pod's memory limit
-    #: (bench/memory.py measures it).
+    #: (testbed/bench/memory.py measures it).
     max_request_bytes: int = field(default_factory=lambda: request_cap(ProbePolicy().max_members))
     #: Bytes of request bodies one worker reads and loads at once
     #: (``PGFH_MAX_BODY_BYTES_IN_FLIGHT``; unset: 2 × ``max_request_bytes``): the pod's
-    #: memory bound (hooks/shell/budget.py, measured by bench/memory.py).
+    #: memory bound (hooks/shell/budget.py, measured by testbed/bench/memory.py).
     max_body_bytes_in_flight: int = field(
         default_factory=lambda: 2 * request_cap(ProbePolicy().max_members)
     )
@@ -99,7 +99,7 @@ class HookSettings:
     #: TLS towards Patroni members whose spec says ``scheme: https``.
     patroni_tls: PatroniTLS = field(default_factory=PatroniTLS)
     #: Request threads of each gunicorn worker (``GUNICORN_THREADS``): how many syncs one
-    #: worker runs at once. 16: see docs/scale.md; bench/memory.py for what they cost.
+    #: worker runs at once. 16: see docs/scale.md; testbed/bench/memory.py for what they cost.
     request_threads: int = 16
     #: Pool probes one sync's round may have in flight at once (``PGFH_PROBE_THREADS_PER_ROUND``);
     #: the pool is this times ``request_threads``, so a round never waits for a thread and
@@ -222,7 +222,7 @@ def request_cap(max_members: int) -> int:
     probed); one somewhat over it fits too and is refused with a condition (``SpecValid``
     False, a slow resync), without its Pods being loaded; a request far past it is refused
     with 413 before it is parsed. The body cap bounds the hook's memory: each request
-    thread may parse one such body at once (bench/memory.py).
+    thread may parse one such body at once (testbed/bench/memory.py).
     """
     return REQUEST_BASE_BYTES + max_members * POD_BUDGET_BYTES
 

@@ -3,7 +3,7 @@
 glibc gives threads that allocate at once arenas of their own (up to 8 × cores), and memory
 freed in one arena serves only that arena again. A worker's 16 request threads decoding
 large request bodies each grew an arena of their own, so a worker's RSS kept the sum of
-their peaks: bench/memory.py measured 125 MiB per worker (275 MiB per pod, over the
+their peaks: testbed/bench/memory.py measured 125 MiB per worker (275 MiB per pod, over the
 256 MiB limit) with the byte budget alone, and 72 MiB (170 MiB per pod) with two arenas,
 with more syncs answered in the same time (716 against 545). The request threads share
 one GIL, so more arenas buy no parallelism here. ``MALLOC_ARENA_MAX`` in the environment
