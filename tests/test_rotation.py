@@ -19,7 +19,7 @@ import yaml
 
 from ops.rotate import Names, RotationError, Timing, rotate_tls, rotate_token
 from testbed.metacontroller.credentials import ModelCluster
-from tests.test_manifests import rendered
+from tests.manifest_helpers import rendered
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = Names()
