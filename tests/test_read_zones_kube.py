@@ -56,6 +56,8 @@ PORT_NAME = "postgresql"
 NODES = {"pgfh-zone-a": "zone-a", "pgfh-zone-b": "zone-b"}
 NODE_A, NODE_B = NODES
 CONNECTIONS = 12
+#: How long the zoned objects must stay unwritten (the rig's healthy resync is 1 s).
+STEADY = 4.0
 #: From a change in Patroni to kube-proxy's rules: the hook's resync (1 s healthy), the
 #: apply, kube-proxy's sync; wide for a shared 2-core machine.
 SETTLE = 60.0
@@ -151,6 +153,13 @@ def server_addresses(netns: ClientNetns, cluster_ip: str, password: str) -> list
     assert done.returncode == 0, done.stderr
     addresses: list[str] = json.loads(done.stdout)
     return addresses
+
+
+def versions(rest: KubeRest, namespace: str) -> tuple[str, str]:
+    """The resourceVersions of the read-only Service and its slice."""
+    service = rest.get(resource_path("v1", "services", namespace, READ_ONLY))
+    slice_ = rest.get(resource_path("discovery.k8s.io/v1", "endpointslices", namespace, SLICE))
+    return service["metadata"]["resourceVersion"], slice_["metadata"]["resourceVersion"]
 
 
 def slice_endpoints(rest: KubeRest, namespace: str) -> dict[str, dict[str, Any]]:
@@ -255,6 +264,11 @@ def test_a_zone_a_client_reaches_the_zone_a_replica_while_it_is_listed_else_zone
         )
         figures["PreferSameZone: rules to the zone-a replica only"] = time.monotonic() - started
         assert server_addresses(netns, cluster_ip, password) == [ip_of[replica_a]] * CONNECTIONS
+        # Steady: the zones and hints survive the API server's round trip unchanged, so no sync
+        # writes the slice or the Service again (the healthy resync is 1 s: several syncs).
+        before = versions(rest, kube_namespace)
+        time.sleep(STEADY)
+        assert versions(rest, kube_namespace) == before
 
         # The zone-a replica stops qualifying (replay paused): zone-b's replica is used.
         with cluster.maintenance_mode():
