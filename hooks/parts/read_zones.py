@@ -5,7 +5,7 @@
 to any zone. The read-only Service has no selector, so no EndpointSlice controller writes
 its hints: the hook writes them itself, the way the controller does for such a Service
 (``preferCloseHeuristic.update`` in k8s.io/endpointslice v0.36.3 ``trafficdist/
-trafficdist.go:125-148``: a ready endpoint with a ``zone`` gets ``hints.forZones: [{name:
+trafficdist.go:160-184``: a ready endpoint with a ``zone`` gets ``hints.forZones: [{name:
 <its zone>}]``). The Service carries ``spec.trafficDistribution`` too, which kube-proxy
 does not read (it reads hints only) but other data planes and ``kubectl describe`` do.
 
