@@ -3,7 +3,7 @@
 ``spec.replicaService.trafficDistribution`` (``PreferSameZone``, or its older name
 ``PreferClose``) asks clients' proxies to prefer a replica in their own zone and to fall back
 to any zone. The read-only Service has no selector, so no EndpointSlice controller writes
-its hints: the hook writes them itself, the way the controller does for such a Service
+its hints: the hook writes them itself, the way the controller does for a Service with a selector
 (``preferCloseHeuristic.update`` in k8s.io/endpointslice v0.36.3 ``trafficdist/
 trafficdist.go:160-184``: a ready endpoint with a ``zone`` gets ``hints.forZones: [{name:
 <its zone>}]``). The Service carries ``spec.trafficDistribution`` too, which kube-proxy
