@@ -9,10 +9,13 @@ gunicorn and Metacontroller (the stand-in, or ``PGFH_METACONTROLLER_BINARY``), a
 
 The Pods are created unscheduled and bound the way the scheduler binds them (the ``binding``
 subresource); the test never sets a zone label itself: the API server does, and the hook
-reads it from the Pods Metacontroller sends. Real Patroni members, not fakes: the replica
-leaves the read-only endpoints for a reason only Patroni reports (its WAL replay paused, the
-rule of ``GET /replica`` the hook follows), and the connections are libpq's, answered by
-the member PostgreSQL that kube-proxy's rules chose (``inet_server_addr()``).
+reads it from the Pods Metacontroller sends; Metacontroller runs as its own ServiceAccount
+with the shipped rules (:func:`controlplane.accounts.metacontroller_kubeconfig`), which grant
+nothing on Nodes, and the hook has no Kubernetes credentials at all. Real Patroni members,
+not fakes: the replica leaves the read-only endpoints for a reason only Patroni reports (its
+WAL replay paused, the rule of ``GET /replica`` the hook follows), and the connections are
+libpq's, answered by the member PostgreSQL that kube-proxy's rules chose
+(``inet_server_addr()``).
 
 Proven, after a control without the field (no zone, no hint: kube-proxy uses both replicas):
 while the zone-a replica is listed, kube-proxy's rules for the read-only Service send
@@ -35,6 +38,7 @@ from typing import Any, TypeVar
 import pytest
 
 from controlplane import ControlPlane
+from controlplane.accounts import metacontroller_kubeconfig
 from controlplane.kube_proxy import MODES, KubeProxy, running_kube_proxy
 from controlplane.kubelet import POD_IP_ANNOTATION, KubeletStandIn
 from controlplane.netns import ClientNetns, client_netns
@@ -211,6 +215,8 @@ def test_a_zone_a_client_reaches_the_zone_a_replica_while_it_is_listed_else_zone
                 zone_hook.token,
                 work_dir=tmp_path,
                 create_pods=False,
+                # Metacontroller with the shipped rules only: no read of Nodes anywhere.
+                controller_kubeconfig=metacontroller_kubeconfig(control_plane),
             )
         )
         pods = {n: pod_ip(ip_of[n]) for n in cluster.names()}
