@@ -177,7 +177,9 @@ def slice_endpoints(rest: KubeRest, namespace: str) -> dict[str, dict[str, Any]]
     return {e["targetRef"]["name"]: e for e in found.get("endpoints") or []}
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_a_zone_a_client_reaches_the_zone_a_replica_while_it_is_listed_else_zone_b(
+    mode: str,
     control_plane: ControlPlane,
     pod_network: None,
     kube_namespace: str,
@@ -197,9 +199,9 @@ def test_a_zone_a_client_reaches_the_zone_a_replica_while_it_is_listed_else_zone
         stack.enter_context(zoned_nodes(rest))
         netns = stack.enter_context(client_netns())
         proxy: KubeProxy = stack.enter_context(
-            running_kube_proxy(control_plane, netns, tmp_path, NODE_A)
+            running_kube_proxy(control_plane, netns, tmp_path, NODE_A, mode=mode)
         )
-        assert proxy.mode in MODES
+        assert proxy.mode == mode
         for name, node in node_of.items():
             create_and_bind(rest, kube_namespace, name, ip_of[name], node)
         # The API server put each Node's zone on its Pods; the test set none.
@@ -313,10 +315,12 @@ def test_a_zone_a_client_reaches_the_zone_a_replica_while_it_is_listed_else_zone
             lambda r: r == (pods[replica_a],),
             SETTLE,
         )
-        figures["resumed (maintenance ended): rules to the zone-a replica only"] = (
-            time.monotonic() - started
-        )
+        figures["replay resumed: rules to the zone-a replica only"] = time.monotonic() - started
         assert server_addresses(netns, cluster_ip, password) == [ip_of[replica_a]] * CONNECTIONS
-    print(f"\nkube-proxy {proxy.mode} mode, {CONNECTIONS} libpq connections per check")
+        flavour = f"binary {kube.binary.binary}" if kube.binary is not None else "stand-in"
+    print(
+        f"\nkube-proxy {proxy.mode} mode, Metacontroller {flavour}, "
+        f"{CONNECTIONS} libpq connections per check"
+    )
     for what, seconds in figures.items():
         print(f"  {what}: {seconds:.2f} s")
