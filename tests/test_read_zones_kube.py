@@ -317,6 +317,19 @@ def test_a_zone_a_client_reaches_the_zone_a_replica_while_it_is_listed_else_zone
         )
         figures["replay resumed: rules to the zone-a replica only"] = time.monotonic() - started
         assert server_addresses(netns, cluster_ip, password) == [ip_of[replica_a]] * CONNECTIONS
+
+        # The field removed: Metacontroller's merge drops the zones, hints and the Service's
+        # trafficDistribution, and kube-proxy uses both replicas again.
+        rest.merge_patch(
+            kube.parent_path(), {"spec": {"replicaService": {"trafficDistribution": None}}}
+        )
+        started = time.monotonic()
+        wait_for("rules to both replicas again", rules, lambda r: r == both, SETTLE)
+        figures["field removed: rules to both replicas"] = time.monotonic() - started
+        plain = slice_endpoints(rest, kube_namespace)
+        assert all("hints" not in e and "zone" not in e for e in plain.values()), plain
+        service = rest.get(resource_path("v1", "services", kube_namespace, READ_ONLY))
+        assert "trafficDistribution" not in service["spec"], service["spec"]
         flavour = f"binary {kube.binary.binary}" if kube.binary is not None else "stand-in"
     print(
         f"\nkube-proxy {proxy.mode} mode, Metacontroller {flavour}, "
