@@ -115,8 +115,8 @@ WHEN_NO_REPLICA = ("KeepEndpoints", "UseLeader", "Empty")
 CONSISTENCY_LEVELS = ("lag", "synchronous", "quorum")
 #: ``spec.replicaService.trafficDistribution`` (see hooks/parts/read_zones.py): the Service's
 #: ``spec.trafficDistribution`` and same-zone hints in the slices the hook writes.
-#: ``PreferClose`` is the older name (accepted since Kubernetes 1.30; deprecated, with a
-#: warning, once ``PreferSameZone`` came: pkg/api/service/warnings.go:80 at v1.36.3).
+#: ``PreferClose`` is the older name (the only one API servers before 1.34 accept; the 1.36
+#: API server warns that it is deprecated: pkg/api/service/warnings.go:80 at v1.36.3).
 TRAFFIC_DISTRIBUTIONS = ("PreferSameZone", "PreferClose")
 #: The Node's zone label; Kubernetes >= 1.35 copies it onto each Pod when it is bound
 #: (the PodTopologyLabels admission plugin), which is where the hook reads it.
