@@ -169,10 +169,14 @@ def _read_only(read_only: Mapping[str, Any] | None, style: Style) -> list[str]:
     notes.append(f"whenNoReplica {read_only['whenNoReplica']}")
     if read_only.get("consistency") not in (None, "lag"):
         notes.append(f"consistency {read_only['consistency']}")
+    if read_only.get("trafficDistribution"):
+        notes.append(f"trafficDistribution {read_only['trafficDistribution']}")
     lines.append(f"  Service {read_only['service']} ({', '.join(notes)})")
     if read_only["endpoints"]:
         for e in read_only["endpoints"]:
             level = f"  sync_state {e['level']}" if e.get("level") else ""
+            if "zone" in e:
+                level += f"  zone {e['zone'] or '- (no zone label: no hints)'}"
             lines.append(f"  {e['pod']:<24} {e.get('ip') or '- (no Pod IP)'}{level}")
     else:
         lines.append(s.warn("  no endpoints: the read-only Service routes nowhere"))

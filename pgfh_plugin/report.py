@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hooks.domain.members import MemberStatus
-from hooks.domain.model import ReplicaServiceSpec, field_default
+from hooks.domain.model import ZONE_LABEL, ReplicaServiceSpec, field_default
 from hooks.domain.observed import PreviousMember
 from hooks.loaders.observed import load_previous_status
 
@@ -217,9 +217,10 @@ def _read_only(
     limit = wanted.get("maxLagBytes", field_default(ReplicaServiceSpec, "max_lag_bytes"))
     routed = by_type.get("ReplicasRouted")
     levels = as_mapping(status.get("replicaLevels"))
-    return {
+    distribution = _str(wanted.get("trafficDistribution"))
+    found: dict[str, Any] = {
         "service": name,
-        "endpoints": [_endpoint(n, pods, levels) for n in sorted(listed)],
+        "endpoints": [_endpoint(n, pods, levels, distribution) for n in sorted(listed)],
         "maxLagBytes": limit if isinstance(limit, int) else None,
         "whenNoReplica": _str(wanted.get("whenNoReplica"))
         or field_default(ReplicaServiceSpec, "when_no_replica"),
@@ -227,17 +228,28 @@ def _read_only(
         or field_default(ReplicaServiceSpec, "consistency"),
         "reason": routed.get("reason") if routed else None,
     }
+    if distribution is not None:
+        found["trafficDistribution"] = distribution
+    return found
 
 
 def _endpoint(
-    name: str, pods: Mapping[str, Mapping[str, Any]], levels: Mapping[str, Any]
+    name: str,
+    pods: Mapping[str, Mapping[str, Any]],
+    levels: Mapping[str, Any],
+    distribution: str | None,
 ) -> dict[str, Any]:
     """``{pod, ip}``, plus ``level`` (its ``sync_state`` on the leader) when the status names
-    one (``consistency`` ``synchronous``/``quorum``): the ``lag`` shape stays as it was."""
+    one (``consistency`` ``synchronous``/``quorum``), plus ``zone`` (its Pod's
+    ``topology.kubernetes.io/zone`` label, what the hook hints it for) with
+    ``trafficDistribution``: without either, the shape stays as it was."""
     entry: dict[str, Any] = {"pod": name, "ip": (_pod(pods.get(name)) or {}).get("ip")}
     level = _str(levels.get(name))
     if level is not None:
         entry["level"] = level
+    if distribution is not None:
+        labels = as_mapping(as_mapping(as_mapping(pods.get(name)).get("metadata")).get("labels"))
+        entry["zone"] = _str(labels.get(ZONE_LABEL))
     return entry
 
 

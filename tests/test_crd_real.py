@@ -239,6 +239,9 @@ INVALID: list[tuple[str, Edit, str]] = [
      "spec.replicaService.whenNoReplica"),
     ("consistency", both(REPLICAS, setting("replicaService.consistency", "sync")),
      "spec.replicaService.consistency"),
+    ("traffic-distribution",
+     both(REPLICAS, setting("replicaService.trafficDistribution", "PreferSameNode")),
+     "spec.replicaService.trafficDistribution"),
     ("replica-type", both(REPLICAS, setting("replicaService.type", "ExternalName")),
      "spec.replicaService.type"),
     ("paused-string", both(REPLICAS, setting("replicaService.includePausedReplicas", "yes")),
@@ -478,6 +481,8 @@ NOT_CRD_DEFAULTS = {
     "spec.switchover.roleLabel": "absent: Patroni's own role label",
     "spec.patroni.tls": "absent: verify against the pod IP",
     "spec.patroni.tls.serverName": "absent: verify against the pod IP (a CRD cannot default null)",
+    "spec.replicaService.trafficDistribution": "absent: no zone preference (a CRD cannot "
+    "default null)",
     # Derived from another field: OpenAPI defaults are constants.
     "spec.service.ports[].targetPort": "the port's own number",
     # Empty maps: absent and {} load the same, a default would write {} into every object.

@@ -33,7 +33,7 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -43,6 +43,7 @@ import yaml
 from flask.testing import FlaskClient
 
 from hooks.domain.members import WalSender
+from hooks.domain.model import ZONE_LABEL
 from pgfh_plugin import checks, cli, style
 from testbed.fakes.kubeapi import COMPOSITECONTROLLERS, FakeKubeAPI, endpoint_slice_for
 from testbed.fakes.patroni_wire import patroni_body
@@ -76,18 +77,28 @@ def _sync_until_steady(client: FlaskClient, world: World) -> None:
 
 
 def hook_world(
-    client: FlaskClient, prober: FakeProber, *, p0_down: bool = False, consistency: str = "lag"
+    client: FlaskClient,
+    prober: FakeProber,
+    *,
+    p0_down: bool = False,
+    consistency: str = "lag",
+    zones: Mapping[str, str] | None = None,
 ) -> World:
     """The recorded cluster with a read-only Service and backups, synced by the real hook.
 
     With ``consistency`` other than ``lag`` the leader lists P1 as a ``sync`` standby and P2
-    as ``async``."""
+    as ``async``. With ``zones`` (Pod name → zone label), ``trafficDistribution:
+    PreferSameZone`` and those Pods labelled."""
     body = fixture("sync-first-no-service.json")
     body["parent"]["spec"].update(
         {"replicaService": {"name": READ_ONLY}, "backup": backup_fields()}
     )
     if consistency != "lag":
         body["parent"]["spec"]["replicaService"]["consistency"] = consistency
+    if zones is not None:
+        body["parent"]["spec"]["replicaService"]["trafficDistribution"] = "PreferSameZone"
+        for name, zone in zones.items():
+            body["related"]["Pod.v1"][name]["metadata"]["labels"][ZONE_LABEL] = zone
     world = World(
         parent=body["parent"],
         services=body["children"]["Service.v1"],
@@ -331,6 +342,33 @@ def test_status_names_the_consistency_level_and_each_listed_replicas_sync_state(
     (cluster,) = json.loads(as_json)["clusters"]
     assert cluster["readOnly"]["endpoints"] == [{"pod": P1, "ip": IPS[P1], "level": "sync"}]
     assert cluster["readOnly"]["reason"] == "SynchronousReplicasRouted"
+
+
+@pytest.mark.parametrize("zoned", [True, False])
+def test_status_names_the_traffic_distribution_and_each_listed_replicas_zone(
+    client: FlaskClient, prober: FakeProber, env: dict[str, str], tmp_path: Path, zoned: bool
+) -> None:
+    zones = {P0: "zone-a", P1: "zone-b", P2: "zone-a"} if zoned else {P0: "zone-a"}
+    world = hook_world(client, prober, zones=zones)
+    api = FakeKubeAPI().start()
+    try:
+        populate(api, world)
+        code, out, _ = run("status", "--kubeconfig", str(api.kubeconfig(tmp_path)))
+        _, as_json, _ = run("status", "-o", "json", "--kubeconfig", str(api.kubeconfig(tmp_path)))
+    finally:
+        api.close()
+    assert code == 0
+    assert (
+        f"Service {READ_ONLY} (maxLagBytes 16 MiB, whenNoReplica KeepEndpoints, "
+        "trafficDistribution PreferSameZone)" in out
+    )
+    zone = "zone-b" if zoned else "- (no zone label: no hints)"
+    assert f"  {P1:<24} {IPS[P1]}  zone {zone}" in out
+    (cluster,) = json.loads(as_json)["clusters"]
+    assert cluster["readOnly"]["trafficDistribution"] == "PreferSameZone"
+    assert cluster["readOnly"]["endpoints"] == [
+        {"pod": P1, "ip": IPS[P1], "zone": "zone-b" if zoned else None}
+    ]
 
 
 def test_status_says_when_the_status_has_no_member_data(kubeconfig: Path, api: FakeKubeAPI) -> None:

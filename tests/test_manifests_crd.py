@@ -288,6 +288,7 @@ def test_crd_fields_are_the_contract() -> None:
         "whenNoReplica",
         "includePausedReplicas",
         "consistency",
+        "trafficDistribution",
         "type",
         "labels",
         "annotations",

@@ -21,8 +21,10 @@ def service(
     service_type: str,
     ports: Iterable[ServicePort],
     selector: Mapping[str, str] | None = None,
+    traffic_distribution: str | None = None,
 ) -> dict[str, Any]:
-    """A ``v1`` Service; without ``selector`` its endpoints are written by us."""
+    """A ``v1`` Service; without ``selector`` its endpoints are written by us.
+    ``traffic_distribution``: its ``spec.trafficDistribution`` (none when ``None``)."""
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
@@ -36,4 +38,6 @@ def service(
     }
     if selector is not None:
         spec["selector"] = dict(selector)
+    if traffic_distribution is not None:
+        spec["trafficDistribution"] = traffic_distribution
     return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}

@@ -113,6 +113,14 @@ WHEN_NO_REPLICA = ("KeepEndpoints", "UseLeader", "Empty")
 #: (within ``maxLagBytes``), ``synchronous`` (also a ``sync`` standby of the leader),
 #: ``quorum`` (also a ``quorum`` standby: Patroni >= 4.0, ``synchronous_mode: quorum``).
 CONSISTENCY_LEVELS = ("lag", "synchronous", "quorum")
+#: ``spec.replicaService.trafficDistribution`` (see hooks/parts/read_zones.py): the Service's
+#: ``spec.trafficDistribution`` and same-zone hints in the slices the hook writes.
+#: ``PreferClose`` is the older name (the only one API servers before 1.34 accept; the 1.36
+#: API server warns that it is deprecated: pkg/api/service/warnings.go:80 at v1.36.3).
+TRAFFIC_DISTRIBUTIONS = ("PreferSameZone", "PreferClose")
+#: The Node's zone label; Kubernetes >= 1.35 copies it onto each Pod when it is bound
+#: (the PodTopologyLabels admission plugin), which is where the hook reads it.
+ZONE_LABEL = "topology.kubernetes.io/zone"
 DEFAULT_MAX_LAG_BYTES = 16 * 1024 * 1024
 
 
@@ -127,6 +135,9 @@ class ReplicaServiceSpec:
     include_paused_replicas: bool = False
     #: One of :data:`CONSISTENCY_LEVELS`; ``lag`` is the behaviour before the field existed.
     consistency: str = "lag"
+    #: One of :data:`TRAFFIC_DISTRIBUTIONS`, or ``None`` (the default): no zone preference,
+    #: the objects exactly as before the field existed.
+    traffic_distribution: str | None = None
     service_type: str = "ClusterIP"
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)

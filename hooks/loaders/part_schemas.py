@@ -28,6 +28,7 @@ from hooks.domain.model import (
     MAX_POLL_SECONDS,
     MIN_POLL_SECONDS,
     QUANTITY,
+    TRAFFIC_DISTRIBUTIONS,
     WHEN_NO_REPLICA,
     BackupSpec,
     ReplicaServiceSpec,
@@ -75,6 +76,15 @@ class ReplicaServiceSchema(Schema):
             "also a sync standby of the leader; quorum: also a quorum standby, Patroni >= 4.0)",
         ),
     )
+    trafficDistribution = fields.String(
+        load_default=None,
+        validate=validate.OneOf(
+            TRAFFIC_DISTRIBUTIONS,
+            error="must be one of: {choices} (same-zone endpoints first, from each member "
+            "Pod's topology.kubernetes.io/zone label; PreferClose is the name before "
+            "Kubernetes 1.34)",
+        ),
+    )
     type = fields.String(
         load_default=field_default(ReplicaServiceSpec, "service_type"),
         validate=validate.OneOf(SERVICE_TYPES),
@@ -95,6 +105,7 @@ class ReplicaServiceSchema(Schema):
             when_no_replica=data["whenNoReplica"],
             include_paused_replicas=data["includePausedReplicas"],
             consistency=data["consistency"],
+            traffic_distribution=data["trafficDistribution"],
             service_type=data["type"],
             labels=dict(data["labels"]),
             annotations=dict(data["annotations"]),

@@ -63,6 +63,10 @@ like a lagging one (``KeepEndpoints`` may keep it). With a level other than ``la
 status (``replicaLevels``) and the condition name each replica's level as the leader
 reports it; with ``lag`` both stay exactly as they were before the field existed.
 
+**Zones** (``trafficDistribution``, :mod:`hooks.parts.read_zones`): the Service gets
+``spec.trafficDistribution`` and each listed endpoint its Pod's zone and a same-zone hint,
+all or nothing; unset, the objects are exactly those of before the field existed.
+
 **Stable status:** names, reasons, levels and the limit only; never a lag in bytes, which moves on
 every sync and would make Metacontroller write the status again and again.
 """
@@ -77,6 +81,7 @@ from hooks.core.routing import bootstrap_labelled, bootstrap_labels_text
 from hooks.domain.members import REPLICATION_STATE_SINCE, MemberStatus
 from hooks.domain.model import ENDPOINTSLICE_KEY, POD_NAME_LABEL, ClusterSpec, Condition
 from hooks.domain.observed import IP, Pod
+from hooks.parts import read_zones
 from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
 from hooks.parts.primary import foreign_service, primary_services
 from hooks.parts.read_levels import Unserved, describe, level_problem, levels, unserved
@@ -267,6 +272,7 @@ def plan(context: PartContext) -> PartPlan:
                 "(whenNoReplica: KeepEndpoints)"
             )
 
+    zoning = read_zones.decide(rs.traffic_distribution, [(n, pods[n].labels) for n in selected])
     children = desired_objects(
         spec,
         request.namespace,
@@ -276,6 +282,7 @@ def plan(context: PartContext) -> PartPlan:
         default_family=ips[leader].version,
         ports=reference_ports,
         keep=keep,
+        zones=zoning.zones,
     )
     left_out = [f"{n} ({v.reason})" for n, v in verdicts.items() if n != leader and not v.listed]
     limit = format_bytes(rs.max_lag_bytes)
@@ -303,6 +310,8 @@ def plan(context: PartContext) -> PartPlan:
         message += f"; left out: {', '.join(left_out)}"
     if fallback:
         message += f"; {fallback}"
+    if zoning.note:
+        message += f"; {zoning.note}"
     return PartPlan(
         children, _status(rs.name, selected, found), _condition(status, reason, message)
     )

@@ -52,6 +52,7 @@ def desired_service(
         annotations=rs.annotations,
         service_type=rs.service_type,
         ports=spec.service_ports,
+        traffic_distribution=rs.traffic_distribution,
     )
 
 
@@ -92,8 +93,12 @@ def desired_slice(
     }
 
 
-def endpoint(name: str, pod: Pod, ip: IP, namespace: str) -> dict[str, Any]:
-    """One listed member: its Pod IP and a reference to its Pod."""
+def endpoint(
+    name: str, pod: Pod, ip: IP, namespace: str, zone: str | None = None
+) -> dict[str, Any]:
+    """One listed member: its Pod IP and a reference to its Pod; with a ``zone``, that zone
+    and the same-zone hint the EndpointSlice controller writes for ``PreferSameZone``
+    (:mod:`hooks.parts.read_zones`)."""
     target: dict[str, Any] = {"kind": "Pod", "namespace": namespace, "name": name}
     if pod.uid is not None:
         target["uid"] = pod.uid
@@ -104,6 +109,9 @@ def endpoint(name: str, pod: Pod, ip: IP, namespace: str) -> dict[str, Any]:
     }
     if pod.node_name is not None:
         entry["nodeName"] = pod.node_name
+    if zone is not None:
+        entry["zone"] = zone
+        entry["hints"] = {"forZones": [{"name": zone}]}
     return entry
 
 
@@ -117,8 +125,10 @@ def desired_objects(
     default_family: int,
     ports: list[dict[str, Any]],
     keep: Keep,
+    zones: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every read-only Service with its slices listing ``listed`` (name, Pod, IP).
+    """Every read-only Service with its slices listing ``listed`` (name, Pod, IP), each
+    endpoint with its zone in ``zones`` if it has one there.
 
     ``services`` and ``slices`` are the observed read-only Services and EndpointSlices. A
     Service without any slice gets one of ``default_family`` (the leader's). A slice of
@@ -129,7 +139,8 @@ def desired_objects(
     assert rs is not None
     by_family: dict[int, list[dict[str, Any]]] = {}
     for name, pod, ip in listed:
-        by_family.setdefault(ip.version, []).append(endpoint(name, pod, ip, namespace))
+        zone = (zones or {}).get(name)
+        by_family.setdefault(ip.version, []).append(endpoint(name, pod, ip, namespace, zone))
     objects: list[dict[str, Any]] = []
     for service in sorted({rs.name, *services} - {spec.service_name}):
         objects.append(desired_service(spec, rs, namespace, service))
