@@ -23,6 +23,7 @@ framework, prober or shell. What import-linter cannot check by itself is tested 
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -207,3 +208,46 @@ def test_importing_the_pure_layers_in_a_fresh_interpreter_loads_no_forbidden_pac
         check=True,
     )
     assert result.stdout.strip() == "", f"importing the pure layers loaded: {result.stdout.strip()}"
+
+
+# ========================================================= parts stand side by side
+
+#: The child parts the registry (hooks/parts/__init__.py) lists; their helpers are theirs.
+PART_FACES = {"primary", "readonly", "backup"}
+
+
+def _part_imports(path: Path) -> set[str]:
+    """The ``hooks.parts`` modules a module of ``hooks/parts/`` imports (by last name)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "hooks.parts":
+                found |= {alias.name for alias in node.names}
+            elif node.module.startswith("hooks.parts."):
+                found.add(node.module.removeprefix("hooks.parts.").split(".")[0])
+        elif isinstance(node, ast.Import):
+            found |= {
+                a.name.removeprefix("hooks.parts.").split(".")[0]
+                for a in node.names
+                if a.name.startswith("hooks.parts.")
+            }
+    return found
+
+
+def test_no_part_imports_another_part() -> None:
+    """Each part stands on hooks/parts/base.py and the shared readers (services.py), never
+    on another part: a part can change without the others following."""
+    offenders = {}
+    for path in sorted((ROOT / "hooks" / "parts").glob("*.py")):
+        if path.stem == "__init__":
+            continue  # the registry lists them all
+        others = (_part_imports(path) & PART_FACES) - {path.stem}
+        if others:
+            offenders[path.name] = sorted(others)
+    assert not offenders, offenders
+
+
+def test_the_part_independence_check_bites(tmp_path: Path) -> None:
+    module = tmp_path / "readonly.py"
+    module.write_text("from hooks.parts.primary import observed_primary\n")
+    assert _part_imports(module) & PART_FACES == {"primary"}

@@ -30,7 +30,7 @@ from hooks.domain.model import (
 from hooks.domain.observed import OwnerRef
 from hooks.loaders.envelope import RequestError, load_sync_request
 from hooks.loaders.schemas import load_spec
-from hooks.parts.primary import foreign_service
+from hooks.parts.services import foreign_service
 from hooks.shell.app import create_app
 from hooks.shell.config import HookSettings
 from testbed.metacontroller.apply import check_reply

@@ -38,7 +38,7 @@ from hooks.domain.model import (
 from hooks.domain.observed import ServiceChild
 from hooks.domain.request import SyncRequest
 from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
-from hooks.parts.readonly_objects import is_read_only_service
+from hooks.parts.services import foreign_service, primary_services
 
 #: Why no member is seen when the request relates no Pods at all (not even an empty group).
 NO_POD_RULE = (
@@ -112,24 +112,6 @@ def related_rules(spec: ClusterSpec, uid: str | None) -> list[dict[str, Any]]:
         },
         {"apiVersion": "v1", "resource": "services", "names": [spec.service_name]},
     ]
-
-
-def foreign_service(request: SyncRequest, name: str) -> ServiceChild | None:
-    """The Service named ``name`` if it exists but is not a child of this parent.
-
-    Related by name but not among the children. One whose controller reference is this
-    parent's UID is ours (created a moment after Metacontroller listed the children):
-    not foreign.
-    """
-    if request.named_services is None or name in request.services:
-        return None
-    found = request.named_services.get(name)
-    if found is None:
-        return None
-    controller = found.controller
-    if controller is not None and request.uid and controller.uid == request.uid:
-        return None
-    return found
 
 
 def _not_owned(
@@ -218,23 +200,6 @@ def desired_service(spec: ClusterSpec, namespace: str, leader: str) -> dict[str,
         ports=spec.service_ports,
         selector=_selector(spec, leader),
     )
-
-
-def primary_services(request: SyncRequest) -> dict[str, ServiceChild]:
-    """Observed Services that route to the primary: all but our read-only Services.
-
-    The names in the spec decide first: the one named like ``spec.serviceRef`` is the
-    primary's and the one named like ``spec.replicaService`` is not, whatever they were
-    before a change of the spec swapped the names; the others go by their label.
-    """
-    spec = request.spec
-    primary = spec.service_name if spec is not None else None
-    read_only = spec.replica_service.name if spec and spec.replica_service else None
-    return {
-        name: service
-        for name, service in request.services.items()
-        if name == primary or (name != read_only and not is_read_only_service(service))
-    }
 
 
 def observed_primary(request: SyncRequest) -> str | None:

@@ -83,13 +83,13 @@ from hooks.domain.model import ENDPOINTSLICE_KEY, POD_NAME_LABEL, ClusterSpec, C
 from hooks.domain.observed import IP, Pod
 from hooks.parts import read_zones
 from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
-from hooks.parts.primary import foreign_service, primary_services
 from hooks.parts.read_levels import Unserved, describe, level_problem, levels, unserved
 from hooks.parts.readonly_objects import (
     desired_objects,
     listed_now,
     slice_ports,
 )
+from hooks.parts.services import foreign_service, primary_services
 
 CONDITION = "ReplicasRouted"
 

@@ -32,15 +32,6 @@ Services = Mapping[str, ServiceChild]
 Slices = Mapping[str, SliceChild]
 
 
-def is_read_only_service(service: ServiceChild) -> bool:
-    """Whether an observed Service is one of our read-only Services (by its label, now or
-    in its last-applied record)."""
-    return READ_ONLY in (
-        service.labels.get(READ_ONLY_LABEL),
-        service.applied_labels.get(READ_ONLY_LABEL),
-    )
-
-
 def desired_service(
     spec: ClusterSpec, rs: ReplicaServiceSpec, namespace: str, name: str
 ) -> dict[str, Any]:
