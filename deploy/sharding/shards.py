@@ -94,7 +94,7 @@ def cluster_role(k: int) -> str:
 
 
 #: Metacontroller v4.17.2's resident memory as the cluster grows (docs/scale.md,
-#: "Metacontroller's memory"): measured 111 MiB at 200 polled clusters and 274-352 MiB at
+#: "Metacontroller's CPU and memory"): measured 111 MiB at 200 polled clusters and 274-352 MiB at
 #: 1,000 (one namespace, per namespace), 520 MiB at 1,000 under Patroni's Kubernetes-DCS churn.
 #: A line through 200 and the highest polled 1,000: 51 MiB + 0.30 MiB per cluster (its
 #: parent, 3 Pods, Service, EndpointSlice, revision), whatever the install serves: every
@@ -118,10 +118,10 @@ def resources(shards: int) -> str:
     memory = memory_request_mib(clusters)
     return (
         f"# Sized for {clusters:,} clusters in the Kubernetes cluster (docs/scale.md,\n"
-        "# \"Metacontroller's memory\"): each install caches all of them, so memory grows with\n"
-        "# the cluster, not the shard: 51 MiB + 0.30 MiB a cluster, rounded up; limit twice\n"
-        "# that (an extrapolation past the 1,000 measured). CPU: the ~117 syncs/s of 1,000\n"
-        "# clusters polled every 10 s with the 60 s period, 2.5 ms each (0.29 core), plus\n"
+        "# \"Metacontroller's CPU and memory\"): each install caches all of them, so memory\n"
+        "# grows with the cluster, not the shard: 51 MiB + 0.30 MiB a cluster, rounded up;\n"
+        "# limit twice that (an extrapolation past the 1,000 measured). CPU: the ~117 syncs/s of\n"
+        "# 1,000 clusters polled every 10 s with the 60 s period, 2.5 ms each (0.29 core), plus\n"
         "# every Pod event's walk of every cluster's parent; no CPU limit (a throttled\n"
         "# handler goroutine delays every Pod event).\n"
         "resources:\n"
