@@ -324,10 +324,12 @@ def timeline_lines(
     timeline: Sequence[tuple[float, int, Mapping[str, float]]],
     offsets: Sequence[float],
     lags: Sequence[float],
+    patch_seconds: Sequence[float] = (),
     slice_s: float = 10.0,
 ) -> list[str]:
     """Per ``slice_s`` of the churn: patches/s reached, Metacontroller's and the bench's
-    cores, GC pause and cycles, the load, and the probes' lag max there (pure)."""
+    cores, GC pause and cycles, the load, and the probes' lag max there, with the longest
+    time the API server took to answer a probe's PATCH (pure)."""
     out = []
     i = 0
     while i < len(timeline):
@@ -340,6 +342,7 @@ def timeline_lines(
         t1, n1, b = timeline[j]
         span = t1 - t0
         in_slice = [lag for at, lag in zip(offsets, lags, strict=True) if t0 <= at < t1]
+        answered = [d for at, d in zip(offsets, patch_seconds, strict=False) if t0 <= at < t1]
         diff = {key: b.get(key, 0.0) - a.get(key, 0.0) for key in b}
         out.append(
             f"{t0:5.1f}-{t1:5.1f} s: patches {(n1 - n0) / span:5.0f}/s, "
@@ -349,6 +352,7 @@ def timeline_lines(
             f"{diff.get('go_gc_duration_seconds_sum', 0.0) * 1000:.1f} ms paused, "
             f"goroutines {b.get('go_goroutines', 0.0):.0f}, load {b.get('load1', 0.0):.1f}, "
             f"probes {len(in_slice)} lag max {max(in_slice, default=float('nan')):.3f} s"
+            + (f" (PATCH answered within {max(answered):.3f} s)" if answered else "")
         )
         i = j
     return out
@@ -447,12 +451,15 @@ def churn(
     sample: Callable[[], dict[str, float]] | None = None,
     timeline: list[tuple[float, int, dict[str, float]]] | None = None,
     offsets: list[float] | None = None,
+    patch_seconds: list[float] | None = None,
 ) -> tuple[int, float, list[float], int]:
     """Annotation patches at ``rate``/s over ``targets`` for ``seconds``; a role-label flip
     on a random member every ``probe_every`` s. (patches done, seconds they took, probe
     lags, probes lost). With ``sample``, ``timeline`` gets (s into the churn, patches done,
-    ``sample()``) every second, and ``offsets`` each synced probe's time into the churn:
-    where in the window the tail lies, and what the process and the machine did then."""
+    ``sample()``) every second, ``offsets`` each synced probe's time into the churn and
+    ``patch_seconds`` how long its PATCH took to be answered (the API server's share of
+    the lag): where in the window the tail lies, and what the process and the machine did
+    then."""
     done = [0]
     stop = threading.Event()
     lock = threading.Lock()
@@ -494,7 +501,7 @@ def churn(
     if sample is not None and timeline is not None:
         timeline.append((0.0, 0, sample()))
         watcher.start()
-    flips: list[tuple[str, float]] = []
+    flips: list[tuple[str, float, float]] = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         ns, pod, cluster = rng.choice(probes)
@@ -503,7 +510,7 @@ def churn(
         at = time.monotonic()
         try:
             rest_pool[0].merge_patch(resource_path("v1", "pods", ns, pod), body)
-            flips.append((cluster, at))
+            flips.append((cluster, at, time.monotonic() - at))
         except (KubeApiError, requests.RequestException):
             pass
         time.sleep(probe_every)
@@ -515,13 +522,15 @@ def churn(
     settle = time.monotonic() + 60.0
     lags: list[float] = []
     lost = 0
-    for cluster, at in flips:
+    for cluster, at, answered in flips:
         while True:
             got = hook.first_sync_after(cluster, at)
             if got is not None:
                 lags.append(got - at)
                 if offsets is not None:
                     offsets.append(at - began)
+                if patch_seconds is not None:
+                    patch_seconds.append(answered)
                 break
             if time.monotonic() > settle:
                 lost += 1
@@ -616,6 +625,7 @@ def run_shape(
             fetcher.start()
             timeline: list[tuple[float, int, dict[str, float]]] = []
             offsets: list[float] = []
+            patched: list[float] = []
             events, took, lags, lost = churn(
                 rest_pool,
                 targets,
@@ -626,6 +636,7 @@ def run_shape(
                 sample=partial(machine_sample, pid, metrics_url(mc.args)),
                 timeline=timeline,
                 offsets=offsets,
+                patch_seconds=patched,
             )
             cpu1 = cpu_seconds(pid)
             errors = hook_errors(mc.log_path) - errors0
@@ -651,7 +662,7 @@ def run_shape(
                 )
             )
             print(results[-1].line(fleet.parents), flush=True)
-            for line in timeline_lines(timeline, offsets, lags):
+            for line in timeline_lines(timeline, offsets, lags, patched):
                 print(f"  {line}", flush=True)
             wait_quiet(pid, 120.0)
     return results

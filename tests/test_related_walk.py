@@ -43,3 +43,10 @@ def test_metrics_url_comes_from_the_binarys_own_argument() -> None:
         "http://127.0.0.1:4321/metrics"
     )
     assert metrics_url(["--workers=64"]) is None
+
+
+def test_the_api_servers_share_is_shown_per_slice() -> None:
+    (line,) = timeline_lines(
+        [_point(0.0, 0, 0.0), _point(10.0, 50, 1.0)], [1.0, 2.0], [3.0, 0.2], [2.5, 0.01]
+    )
+    assert line.endswith("probes 2 lag max 3.000 s (PATCH answered within 2.500 s)")
