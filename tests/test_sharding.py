@@ -365,3 +365,36 @@ def test_negative_control_a_name_only_selector_selects_every_shard() -> None:
     name_only = {"app.kubernetes.io/name": "metacontroller-helm"}
     pods = [_chart_pod_labels(shards.release(k)) for k in range(K)]
     assert sum(_selects(name_only, labels) for labels in pods) == K
+
+
+def _mib(quantity: str) -> int:
+    """A Kubernetes memory quantity in Mi or Gi, in MiB."""
+    units = {"Mi": 1, "Gi": 1024}
+    return int(quantity[:-2]) * units[quantity[-2:]]
+
+
+def test_memory_is_sized_for_the_whole_cluster_each_install_caches() -> None:
+    """Every install caches every cluster's objects (cluster-wide informers), so the
+    shipped install's memory is the calibrated line at 1,000 clusters and a shard's at
+    the ~1,000 K clusters of K shards; twice that is the limit (docs/scale.md)."""
+    common = yaml.safe_load(HELM_VALUES.read_text(encoding="utf-8"))["resources"]
+    assert _mib(common["requests"]["memory"]) == shards.memory_request_mib(1000)
+    assert _mib(common["limits"]["memory"]) == 2 * shards.memory_request_mib(1000)
+    # The measured RSS at 1,000: 274-352 MiB polled within the request, 520 MiB under
+    # Patroni's Kubernetes-DCS churn within the limit.
+    assert _mib(common["requests"]["memory"]) >= 352
+    assert _mib(common["limits"]["memory"]) >= 520
+    assert "cpu" not in common["limits"]
+    for k in range(K):
+        values = yaml.safe_load((SHARDING / "values" / f"shard-{k}.yaml").read_text())
+        request = _mib(values["resources"]["requests"]["memory"])
+        assert request == shards.memory_request_mib(1000 * K) > _mib(common["requests"]["memory"])
+        assert _mib(values["resources"]["limits"]["memory"]) == 2 * request
+        assert values["resources"]["requests"]["cpu"] == common["requests"]["cpu"]
+    assert shards.memory_request_mib(200) == 256  # 111 MiB measured at 200
+
+
+def test_memory_request_rounds_the_line_up_to_256_mib() -> None:
+    assert shards.memory_request_mib(0) == 256
+    assert shards.memory_request_mib(1000) == 512  # 51 + 300 = 351 MiB
+    assert shards.memory_request_mib(5000) == 1792  # 51 + 1,500 = 1,551 MiB

@@ -93,6 +93,46 @@ def cluster_role(k: int) -> str:
     )
 
 
+#: Metacontroller v4.17.2's resident memory as the cluster grows (docs/scale.md,
+#: "Metacontroller's CPU and memory"): measured 111 MiB at 200 polled clusters and 274-352 MiB at
+#: 1,000 (one namespace, per namespace), 520 MiB at 1,000 under Patroni's Kubernetes-DCS churn.
+#: A line through 200 and the highest polled 1,000: 51 MiB + 0.30 MiB per cluster (its
+#: parent, 3 Pods, Service, EndpointSlice, revision), whatever the install serves: every
+#: install caches the whole cluster's objects (the informers are cluster-wide).
+RSS_BASE_MIB, RSS_PER_CLUSTER_MIB = 51, 0.30
+#: Clusters an install serves ("Pick K" in docs/scale.md): K shards mean ~1,000 K clusters.
+CLUSTERS_PER_SHARD = 1000
+
+
+def memory_request_mib(clusters: int) -> int:
+    """Resident memory of one install in a Kubernetes cluster of ``clusters``
+    PostgreSQLClusters, rounded up to 256 MiB; the limit is twice it (churn measured 1.5
+    times the polled figure; a cache flush relists while the old cache is held)."""
+    need = RSS_BASE_MIB + RSS_PER_CLUSTER_MIB * clusters
+    return -(-int(need) // 256) * 256
+
+
+def resources(shards: int) -> str:
+    """Each shard install's requests and limits, for the ~1,000 K clusters of K shards."""
+    clusters = CLUSTERS_PER_SHARD * shards
+    memory = memory_request_mib(clusters)
+    return (
+        f"# Sized for {clusters:,} clusters in the Kubernetes cluster (docs/scale.md,\n"
+        "# \"Metacontroller's CPU and memory\"): each install caches all of them, so memory\n"
+        "# grows with the cluster, not the shard: 51 MiB + 0.30 MiB a cluster, rounded up;\n"
+        "# limit twice that (an extrapolation past the 1,000 measured). CPU: the ~117 syncs/s of\n"
+        "# 1,000 clusters polled every 10 s with the 60 s period, 2.5 ms each (0.29 core), plus\n"
+        "# every Pod event's walk of every cluster's parent; no CPU limit (a throttled\n"
+        "# handler goroutine delays every Pod event).\n"
+        "resources:\n"
+        "  requests:\n"
+        "    cpu: 500m\n"
+        f"    memory: {memory}Mi\n"
+        "  limits:\n"
+        f"    memory: {2 * memory}Mi\n"
+    )
+
+
 def values(k: int, shards: int, qps: int, burst: int) -> str:
     """Helm values of shard ``k``'s Metacontroller install, applied after
     deploy/metacontroller-values.yaml (commandArgs is a list: Helm replaces it whole)."""
@@ -103,7 +143,7 @@ def values(k: int, shards: int, qps: int, burst: int) -> str:
         "#     -n metacontroller --create-namespace \\\n"
         f"#     -f deploy/metacontroller-values.yaml -f deploy/sharding/values/shard-{k}.yaml\n"
         "# Every install caches every Pod of the cluster (the related-Pods rule), so each\n"
-        "# needs the memory docs/scale.md gives for the cluster's Pod count.\n"
+        "# needs the memory docs/scale.md gives for the cluster's size (resources, below).\n"
         "commandArgs:\n"
         "  - --zap-log-level=4\n"
         "  - --discovery-interval=20s\n"
@@ -130,7 +170,7 @@ def values(k: int, shards: int, qps: int, burst: int) -> str:
         "# The chart's metrics Service selects app.kubernetes.io/name alone, i.e. every shard's\n"
         "# pods: off; deploy/sharding/metacontroller-metrics.yaml has one per shard instead.\n"
         "service:\n"
-        "  enabled: false\n" + cluster_role(k)
+        "  enabled: false\n" + resources(shards) + cluster_role(k)
     )
 
 

@@ -292,6 +292,76 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def metrics_url(args: Sequence[str]) -> str | None:
+    """Metacontroller's /metrics from its ``--metrics-address`` argument."""
+    for arg in args:
+        if arg.startswith("--metrics-address="):
+            return f"http://{arg.split('=', 1)[1]}/metrics"
+    return None
+
+
+#: Go runtime figures of Metacontroller's /metrics sampled each second of a churn.
+GO_METRICS = ("go_gc_duration_seconds_sum", "go_gc_duration_seconds_count", "go_goroutines")
+
+
+def machine_sample(pid: int, url: str | None) -> dict[str, float]:
+    """Metacontroller's CPU, this bench process's CPU (patchers, probes and the bench hook
+    share its GIL), the load average, and Go's GC totals: cumulative, diffed per slice."""
+    out = {
+        "mc_cpu": cpu_seconds(pid),
+        "bench_cpu": time.process_time(),
+        "load1": os.getloadavg()[0],
+    }
+    if url:
+        try:
+            text = requests.get(url, timeout=0.5).text
+        except requests.RequestException:
+            return out
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name in GO_METRICS:
+                out[name] = float(value)
+    return out
+
+
+def timeline_lines(
+    timeline: Sequence[tuple[float, int, Mapping[str, float]]],
+    offsets: Sequence[float],
+    lags: Sequence[float],
+    patch_seconds: Sequence[float] = (),
+    slice_s: float = 10.0,
+) -> list[str]:
+    """Per ``slice_s`` of the churn: patches/s reached, Metacontroller's and the bench's
+    cores, GC pause and cycles, the load, and the probes' lag max there, with the longest
+    time the API server took to answer a probe's PATCH (pure)."""
+    out = []
+    i = 0
+    while i < len(timeline):
+        t0, n0, a = timeline[i]
+        j = next(
+            (k for k in range(i + 1, len(timeline)) if timeline[k][0] >= t0 + slice_s - 0.5), None
+        )
+        if j is None:
+            break
+        t1, n1, b = timeline[j]
+        span = t1 - t0
+        in_slice = [lag for at, lag in zip(offsets, lags, strict=True) if t0 <= at < t1]
+        answered = [d for at, d in zip(offsets, patch_seconds, strict=False) if t0 <= at < t1]
+        diff = {key: b.get(key, 0.0) - a.get(key, 0.0) for key in b}
+        out.append(
+            f"{t0:5.1f}-{t1:5.1f} s: patches {(n1 - n0) / span:5.0f}/s, "
+            f"MC {diff.get('mc_cpu', 0.0) / span:.2f} core, "
+            f"bench {diff.get('bench_cpu', 0.0) / span:.2f} core, "
+            f"GC {diff.get('go_gc_duration_seconds_count', 0.0):.0f} cycles "
+            f"{diff.get('go_gc_duration_seconds_sum', 0.0) * 1000:.1f} ms paused, "
+            f"goroutines {b.get('go_goroutines', 0.0):.0f}, load {b.get('load1', 0.0):.1f}, "
+            f"probes {len(in_slice)} lag max {max(in_slice, default=float('nan')):.3f} s"
+            + (f" (PATCH answered within {max(answered):.3f} s)" if answered else "")
+        )
+        i = j
+    return out
+
+
 def hook_errors(log: Path) -> int:
     """Metacontroller's "Unhandled Error" lines so far (a hook call failed or timed out)."""
     try:
@@ -382,10 +452,18 @@ def churn(
     hook: BenchHook,
     probes: Sequence[tuple[str, str, str]],
     probe_every: float = 0.5,
+    sample: Callable[[], dict[str, float]] | None = None,
+    timeline: list[tuple[float, int, dict[str, float]]] | None = None,
+    offsets: list[float] | None = None,
+    patch_seconds: list[float] | None = None,
 ) -> tuple[int, float, list[float], int]:
     """Annotation patches at ``rate``/s over ``targets`` for ``seconds``; a role-label flip
     on a random member every ``probe_every`` s. (patches done, seconds they took, probe
-    lags, probes lost)."""
+    lags, probes lost). With ``sample``, ``timeline`` gets (s into the churn, patches done,
+    ``sample()``) every second, ``offsets`` each synced probe's time into the churn and
+    ``patch_seconds`` how long its PATCH took to be answered (the API server's share of
+    the lag): where in the window the tail lies, and what the process and the machine did
+    then."""
     done = [0]
     stop = threading.Event()
     lock = threading.Lock()
@@ -416,7 +494,18 @@ def churn(
     ]
     for t in threads:
         t.start()
-    flips: list[tuple[str, float]] = []
+    began = time.monotonic()
+
+    def sampler() -> None:
+        assert sample is not None and timeline is not None
+        while not stop.wait(1.0):
+            timeline.append((time.monotonic() - began, done[0], sample()))
+
+    watcher = threading.Thread(target=sampler, daemon=True)
+    if sample is not None and timeline is not None:
+        timeline.append((0.0, 0, sample()))
+        watcher.start()
+    flips: list[tuple[str, float, float]] = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         ns, pod, cluster = rng.choice(probes)
@@ -425,22 +514,27 @@ def churn(
         at = time.monotonic()
         try:
             rest_pool[0].merge_patch(resource_path("v1", "pods", ns, pod), body)
-            flips.append((cluster, at))
+            flips.append((cluster, at, time.monotonic() - at))
         except (KubeApiError, requests.RequestException):
             pass
         time.sleep(probe_every)
     stop.set()
-    for t in threads:
-        t.join(5)
+    for t in [*threads, watcher]:
+        if t.is_alive():
+            t.join(5)
     took = time.monotonic() - (end - seconds)
     settle = time.monotonic() + 60.0
     lags: list[float] = []
     lost = 0
-    for cluster, at in flips:
+    for cluster, at, answered in flips:
         while True:
             got = hook.first_sync_after(cluster, at)
             if got is not None:
                 lags.append(got - at)
+                if offsets is not None:
+                    offsets.append(at - began)
+                if patch_seconds is not None:
+                    patch_seconds.append(answered)
                 break
             if time.monotonic() > settle:
                 lost += 1
@@ -533,7 +627,21 @@ def run_shape(
             errors0 = hook_errors(mc.log_path)
             cpu0 = cpu_seconds(pid)
             fetcher.start()
-            events, took, lags, lost = churn(rest_pool, targets, rate, seconds, hook, served)
+            timeline: list[tuple[float, int, dict[str, float]]] = []
+            offsets: list[float] = []
+            patched: list[float] = []
+            events, took, lags, lost = churn(
+                rest_pool,
+                targets,
+                rate,
+                seconds,
+                hook,
+                served,
+                sample=partial(machine_sample, pid, metrics_url(mc.args)),
+                timeline=timeline,
+                offsets=offsets,
+                patch_seconds=patched,
+            )
             cpu1 = cpu_seconds(pid)
             errors = hook_errors(mc.log_path) - errors0
             fetcher.join(seconds + 40)
@@ -558,6 +666,8 @@ def run_shape(
                 )
             )
             print(results[-1].line(fleet.parents), flush=True)
+            for line in timeline_lines(timeline, offsets, lags, patched):
+                print(f"  {line}", flush=True)
             wait_quiet(pid, 120.0)
     return results
 
