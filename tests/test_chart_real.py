@@ -10,8 +10,10 @@ against the real kube-apiserver of testbed/kubernetes/.
   one; a token written into the auth Secret out of band (as deploy/rotate-credentials.sh does)
   survives every upgrade; ``helm uninstall`` leaves the CRD (``crd.keep``).
 
-There is no earlier chart version to upgrade from (0.1.0 is the first), so the upgrade is
-proven between values sets of this one. Like tests/test_manifests_real.py, the module runs on a
+* ``helm upgrade`` from the previous chart version (0.1.0, packaged in
+  tests/fixtures/charts/) to this one: the CRD gains the new schema (a field 0.1.0's server
+  refuses is then stored), a PostgreSQLCluster and an out-of-band token survive, and the
+  release history names both chart versions. Like tests/test_manifests_real.py, the module runs on a
 control plane of its own: the chart's cluster-scoped objects (the CRD, the CompositeController,
 the admission policies) would collide with what other modules leave on the session's server,
 and helm refuses to adopt objects it did not create.
@@ -185,6 +187,74 @@ def test_install_then_upgrade_between_values_sets_and_uninstall(
     assert get(plane, "crd", "postgresqlclusters.adg.io") is not None
     assert get(plane, "compositecontroller", "pg-failover-hook") is None
     assert get(plane, "deployment", "-n", NAMESPACE, "pg-failover-hook") is None
+
+
+PREVIOUS_CHART = REPO / "tests" / "fixtures" / "charts" / "pg-failover-hook-0.1.0.tgz"
+
+
+def _apply_cluster(plane: ControlPlane, name: str) -> subprocess.CompletedProcess[str]:
+    """Server-side apply of a PostgreSQLCluster asking for same-zone reads (a field 0.1.0's
+    CRD does not know; server-side apply refuses an undeclared field)."""
+    cluster = {
+        "apiVersion": "adg.io/v1alpha1",
+        "kind": "PostgreSQLCluster",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "primarySelector": {"app": name},
+            "serviceRef": {"name": f"{name}-primary"},
+            "replicaService": {"name": f"{name}-replicas", "trafficDistribution": "PreferClose"},
+        },
+    }
+    return plane.kubectl(
+        "apply", "--server-side", "-f", "-", input_text=json.dumps(cluster), check=False
+    )
+
+
+def test_helm_upgrade_from_the_previous_chart_version(control_plane: ControlPlane) -> None:
+    plane = control_plane
+    ns = ("-n", RELEASE_NAMESPACE)
+    run_helm(plane, "install", RELEASE, str(PREVIOUS_CHART), *ns)
+    try:
+        # 0.1.0's CRD has no trafficDistribution: the server refuses the field.
+        refused = _apply_cluster(plane, "pg-new-field")
+        assert refused.returncode != 0, refused.stdout
+        assert "trafficDistribution: field not declared in schema" in refused.stderr
+        existing = {
+            "apiVersion": "adg.io/v1alpha1", "kind": "PostgreSQLCluster",
+            "metadata": {"name": "pg-before", "namespace": "default"},
+            "spec": {"primarySelector": {"app": "pg-before"}, "serviceRef": {"name": "pg-b"}},
+        }  # fmt: skip
+        plane.kubectl("apply", "--server-side", "-f", "-", input_text=json.dumps(existing))
+        plane.kubectl(
+            "patch", "secret", "-n", NAMESPACE, "pg-failover-hook-auth", "--type", "merge",
+            "-p", json.dumps({"stringData": {"token": "s3cret"}}),
+        )  # fmt: skip
+
+        run_helm(plane, "upgrade", RELEASE, str(CHART), *ns)
+
+        history = json.loads(run_helm(plane, "history", RELEASE, *ns, "-o", "json"))
+        assert [(h["revision"], h["chart"]) for h in history] == [
+            (1, "pg-failover-hook-0.1.0"),
+            (2, f"pg-failover-hook-{chart.CHART_VERSION}"),
+        ], history
+        assert history[-1]["status"] == "deployed"
+        assert chart.CHART_VERSION != "0.1.0"
+        # The CRD was upgraded with the release (it is a template, kept on uninstall), so the
+        # field is now stored; the cluster made under 0.1.0 is still there.
+        accepted = _apply_cluster(plane, "pg-new-field")
+        assert accepted.returncode == 0, accepted.stderr
+        after = get(plane, "postgresqlcluster", "-n", "default", "pg-new-field")
+        assert after is not None
+        assert after["spec"]["replicaService"]["trafficDistribution"] == "PreferClose"
+        assert get(plane, "postgresqlcluster", "-n", "default", "pg-before") is not None
+        assert _token_secret(plane) == {"token": "s3cret"}
+        assert get(plane, "compositecontroller", "pg-failover-hook") is not None
+    finally:
+        plane.kubectl(
+            "delete", "postgresqlclusters", "-n", "default", "--all", "--wait=false",
+            check=False,
+        )  # fmt: skip
+        run_helm(plane, "uninstall", RELEASE, *ns, "--wait", "--timeout", "120s")
 
 
 def _spec_of_rendered(plane: ControlPlane, kind: str, values: dict[str, Any]) -> dict[str, Any]:
