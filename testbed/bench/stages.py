@@ -63,7 +63,7 @@ def _timed(name: str, function: F) -> F:
 STAGES = {
     ("hooks.shell.app", "_json_body"): "body: read, depth check, json.loads",
     ("hooks.shell.handler", "load_sync_request"): "request checks (envelope, parent, spec)",
-    ("hooks.shell.handler", "plan_probes"): "probe plan (addresses, policy)",
+    ("hooks.shell.handler", "prepare"): "probe plan (addresses, policy)",
     ("hooks.shell.handler", "reconcile"): "decision and reply body",
     ("hooks.shell.app", "_reply"): "reply: json.dumps, Response",
 }
