@@ -21,7 +21,12 @@ Proven, after a control without the field (no zone, no hint: kube-proxy uses bot
 while the zone-a replica is listed, kube-proxy's rules for the read-only Service send
 every new connection to it only (the zone-b replica is listed too, hinted for zone-b), and
 12 of 12 connections land on it; once it is no longer listed, the zone-b replica is used (the
-fallback to another zone), and when it is listed again, zone-a only again. Run under
+fallback to another zone), and when it is listed again, zone-a only again. Then Patroni's
+own ``/readiness`` (the Pods' readiness probe): with the hook's own checks relaxed (paused
+replicas included, 1 GiB of lag allowed), the zone-a replica's replay is paused behind more
+than ``maximum_lag_on_failover`` of WAL, its kubelet turns the Pod not Ready from Patroni's
+503, and the hook leaves it out (``Pod not ready``): zone-b again, then zone-a once it is
+Ready. Run under
 ``flock /tmp/pgfh-heavy.lock``.
 """
 
@@ -38,6 +43,7 @@ from typing import Any, TypeVar
 import pytest
 
 from hooks.domain.model import ZONE_LABEL
+from hooks.parts.readonly import NOT_READY
 from testbed.kubernetes import ControlPlane
 from testbed.kubernetes.accounts import metacontroller_kubeconfig
 from testbed.kubernetes.kube_proxy import MODES, KubeProxy, running_kube_proxy
@@ -164,6 +170,15 @@ def versions(rest: KubeRest, namespace: str) -> tuple[str, str]:
     service = rest.get(resource_path("v1", "services", namespace, READ_ONLY))
     slice_ = rest.get(resource_path("discovery.k8s.io/v1", "endpointslices", namespace, SLICE))
     return service["metadata"]["resourceVersion"], slice_["metadata"]["resourceVersion"]
+
+
+def pod_ready(rest: KubeRest, namespace: str, name: str) -> bool | None:
+    """The Pod's ``Ready`` condition as its kubelet last wrote it (``None``: not yet)."""
+    pod = rest.get(resource_path("v1", "pods", namespace, name))
+    for condition in pod.get("status", {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return None
 
 
 def slice_endpoints(rest: KubeRest, namespace: str) -> dict[str, dict[str, Any]]:
@@ -317,6 +332,57 @@ def test_a_zone_a_client_reaches_the_zone_a_replica_while_it_is_listed_else_zone
         )
         figures["replay resumed: rules to the zone-a replica only"] = time.monotonic() - started
         assert server_addresses(netns, cluster_ip, password) == [ip_of[replica_a]] * CONNECTIONS
+
+        # Patroni's own /readiness says no: the hook's own checks pass (paused replicas
+        # included, 1 GiB of lag allowed), but the zone-a replica's replay lags more than
+        # Patroni's maximum_lag_on_failover (16 MiB here), so /readiness answers 503, the
+        # zone-a kubelet turns its Pod not Ready, and the hook leaves it out.
+        rest.merge_patch(
+            kube.parent_path(),
+            {"spec": {"replicaService": {"includePausedReplicas": True, "maxLagBytes": 1 << 30}}},
+        )
+        with cluster.maintenance_mode():
+            cluster.execute(replica_a, "SELECT pg_wal_replay_pause()")
+            try:
+                cluster.execute(
+                    leader,
+                    "CREATE TABLE pgfh_readiness AS "
+                    "SELECT g, repeat('x', 200) AS pad FROM generate_series(1, 120000) g",
+                )
+                started = time.monotonic()
+                wait_for(
+                    "the zone-a Pod not Ready (Patroni's /readiness)",
+                    lambda: pod_ready(rest, kube_namespace, replica_a),
+                    lambda ready: ready is False,
+                    SETTLE,
+                )
+                wait_for("rules to zone-b", rules, lambda r: r == (pods[replica_b],), SETTLE)
+                figures["zone-a Pod not Ready (Patroni's /readiness): rules to zone-b"] = (
+                    time.monotonic() - started
+                )
+                parent = kube.parent()
+                assert parent is not None
+                routed = next(
+                    c for c in parent["status"]["conditions"] if c["type"] == "ReplicasRouted"
+                )
+                assert f"{replica_a} ({NOT_READY})" in routed["message"], routed
+            finally:
+                cluster.execute(replica_a, "SELECT pg_wal_replay_resume()")
+                cluster.execute(leader, "DROP TABLE IF EXISTS pgfh_readiness")
+                started = time.monotonic()
+        wait_for(
+            "the zone-a replica Ready and back in the rules, alone",
+            rules,
+            lambda r: r == (pods[replica_a],),
+            SETTLE,
+        )
+        figures["zone-a Pod Ready again: rules to the zone-a replica only"] = (
+            time.monotonic() - started
+        )
+        rest.merge_patch(
+            kube.parent_path(),
+            {"spec": {"replicaService": {"includePausedReplicas": None, "maxLagBytes": None}}},
+        )
 
         # The field removed: Metacontroller's merge drops the zones, hints and the Service's
         # trafficDistribution, and kube-proxy uses both replicas again.

@@ -5,12 +5,15 @@ The test design notes are those of tests/test_replicas_objects.py.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from hooks.core.routing import Decision
 from hooks.domain.model import ENDPOINTSLICE_KEY, LAST_APPLIED_ANNOTATION
 from hooks.loaders.schemas import load_spec
 from hooks.parts.primary import desired_service
+from hooks.parts.readonly import NOT_READY
 from tests.child_helpers import (
     MIB,
     READ_ONLY,
@@ -464,3 +467,52 @@ def test_finalize_and_an_invalid_spec_keep_the_replicas_routed_condition() -> No
     finalize["finalizing"] = True
     _, outcome = run(finalize, routed())
     assert condition(outcome, "ReplicasRouted") == previous
+
+
+# ================================================= the Pod's readiness (Patroni's /readiness)
+
+
+def _not_ready_pod(name: str) -> dict[str, Any]:
+    """A member Pod the kubelet reports not Ready (its readiness probe: Patroni's /readiness,
+    which since 4.1 answers 503 for a replica not streaming within maximum_lag_on_failover)."""
+    pod = make_pod(name)
+    pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    return pod
+
+
+def test_a_replica_whose_pod_is_not_ready_is_left_out_though_it_answers_well() -> None:
+    body = request_body(pods=[make_pod(P0), make_pod(P1), _not_ready_pod(P2)])
+    _, outcome = run(body, routed())
+
+    assert endpoints_of(outcome) == [P1]
+    message = condition(outcome, "ReplicasRouted")["message"]
+    assert message.endswith(f"; left out: pg-orders-2 ({NOT_READY})"), message
+
+
+def test_keep_endpoints_never_keeps_a_replica_whose_pod_is_not_ready() -> None:
+    """Kubernetes' own slices would list it not ready: it is no "stale but serving" one."""
+    pods = [make_pod(P0), _not_ready_pod(P1), _not_ready_pod(P2)]
+    body = request_body(pods=pods, slices=[listed_slice([P1, P2])])
+    _, outcome = run(body, routed())
+
+    assert endpoints_of(outcome) == []
+    ready = condition(outcome, "ReplicasRouted")
+    assert ready["status"] == "False", ready
+    assert f"pg-orders-1 ({NOT_READY}), pg-orders-2 ({NOT_READY})" in ready["message"]
+
+
+def test_use_leader_serves_reads_when_every_replica_pod_is_not_ready() -> None:
+    pods = [make_pod(P0), _not_ready_pod(P1), _not_ready_pod(P2)]
+    body = request_body(spec=rs_spec(whenNoReplica="UseLeader"), pods=pods)
+    _, outcome = run(body, routed())
+
+    assert endpoints_of(outcome) == [P0]
+
+
+def test_a_pod_that_turns_ready_again_is_listed_again() -> None:
+    body = request_body(
+        slices=[listed_slice([P1])], pods=[make_pod(P0), make_pod(P1), make_pod(P2)]
+    )
+    _, outcome = run(body, routed())
+
+    assert endpoints_of(outcome) == [P1, P2]

@@ -18,7 +18,7 @@ from hooks.core.routing import Decision
 from hooks.domain.members import MemberStatus
 from hooks.domain.model import ENDPOINTSLICE_KEY, LAST_APPLIED_ANNOTATION, POD_NAME_LABEL
 from hooks.loaders.schemas import load_spec
-from hooks.parts.readonly import classify
+from hooks.parts.readonly import NOT_READY, classify
 from tests.child_helpers import (
     LEADER_AT,
     MIB,
@@ -397,6 +397,31 @@ def _v3(**changes: Any) -> MemberStatus:
             "auto",
             {},
             (False, "replay lags more than 1 MiB", True),
+        ),
+        # Patroni's own /readiness (the Pod's readiness probe) says no: left out, last.
+        (answer(P1), _not_ready(P1), "auto", {}, (False, NOT_READY, False)),
+        (answer(P1, behind=MIB), _not_ready(P1), "auto", {}, (False, NOT_READY, False)),
+        (
+            answer(P1, behind=MIB + 1),
+            _not_ready(P1),
+            "auto",
+            {},
+            (False, "replay lags more than 1 MiB", True),
+        ),
+        (paused_member(P1), _not_ready(P1), "auto", {}, (False, "replay paused", False)),
+        (
+            paused_member(P1),
+            _not_ready(P1),
+            "auto",
+            {"include_paused": True},
+            (False, NOT_READY, False),
+        ),
+        (
+            answer(P1, state="starting"),
+            _not_ready(P1),
+            "auto",
+            {},
+            (False, "state starting", False),
         ),
     ],
 )

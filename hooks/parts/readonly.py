@@ -133,6 +133,10 @@ _UNSERVED_REASONS = {
 }
 
 
+#: Why a replica that answers well is still left out: its Pod's Ready condition is False.
+NOT_READY = "Pod not ready (its readiness probe, Patroni's /readiness)"
+
+
 @dataclass(frozen=True, slots=True)
 class _Verdict:
     #: True: qualifies; None: in doubt (unreachable); False: left out.
@@ -394,6 +398,13 @@ def classify(
         return _Verdict(False, below, True)
     if leader_position - member.wal_position > rs.max_lag_bytes:
         return _Verdict(False, f"replay lags more than {format_bytes(rs.max_lag_bytes)}", True)
+    if pod.not_ready:
+        # The kubelet says no, from the readiness probe docs/deploy.md asks for: Patroni's
+        # /readiness, which since 4.1 answers 503 for a replica not streaming within
+        # maximum_lag_on_failover (patroni/api.py `_readiness`). Kubernetes' own slices
+        # would list it not ready; nor does this one. Last, so a reason of ours that says
+        # more (lag, pause, role) comes first.
+        return _Verdict(False, NOT_READY)
     return _Verdict(True)
 
 
