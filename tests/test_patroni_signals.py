@@ -25,7 +25,7 @@ from hooks.domain.members import INITIALISING_STATES, MemberStatus
 from hooks.domain.model import LEADER_PATHS, POD_NAME_LABEL
 from hooks.domain.observed import Pod
 from hooks.loaders.schemas import load_spec
-from hooks.parts.readonly import classify
+from hooks.parts.read_members import classify
 from testbed.fakes.patroni_wire import patroni_body
 from tests.child_helpers import (
     LEADER_AT,

@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 import pytest
 
 from hooks.domain.model import ZONE_LABEL
-from hooks.parts.readonly import NOT_READY
+from hooks.parts.read_members import NOT_READY
 from testbed.kubernetes import ControlPlane
 from testbed.kubernetes.accounts import metacontroller_kubeconfig
 from testbed.kubernetes.kube_proxy import MODES, KubeProxy, running_kube_proxy

@@ -13,7 +13,7 @@ from hooks.core.routing import Decision
 from hooks.domain.model import ENDPOINTSLICE_KEY, LAST_APPLIED_ANNOTATION
 from hooks.loaders.schemas import load_spec
 from hooks.parts.primary import desired_service
-from hooks.parts.readonly import NOT_READY
+from hooks.parts.read_members import NOT_READY
 from tests.child_helpers import (
     MIB,
     READ_ONLY,

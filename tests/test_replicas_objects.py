@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from hooks.domain.members import MemberStatus
-from hooks.parts.readonly import format_bytes
+from hooks.parts.read_members import format_bytes
 from tests.child_helpers import (
     MIB,
     READ_ONLY,

@@ -74,16 +74,14 @@ every sync and would make Metacontroller write the status again and again.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Any
 
-from hooks.core.routing import bootstrap_labelled, bootstrap_labels_text
-from hooks.domain.members import REPLICATION_STATE_SINCE, MemberStatus
-from hooks.domain.model import ENDPOINTSLICE_KEY, POD_NAME_LABEL, ClusterSpec, Condition
-from hooks.domain.observed import IP, Pod
+from hooks.domain.members import MemberStatus
+from hooks.domain.model import ENDPOINTSLICE_KEY, ClusterSpec, Condition
 from hooks.parts import read_zones
 from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
-from hooks.parts.read_levels import Unserved, describe, level_problem, levels, unserved
+from hooks.parts.read_levels import Unserved, describe, levels, unserved
+from hooks.parts.read_members import Verdict, classify, format_bytes
 from hooks.parts.readonly_objects import (
     desired_objects,
     listed_now,
@@ -131,19 +129,6 @@ _UNSERVED_REASONS = {
     ("quorum", Unserved.NO_STANDBY): ReadOnlyReason.NO_QUORUM_STANDBY,
     ("quorum", Unserved.VERSION): ReadOnlyReason.QUORUM_NOT_SUPPORTED,
 }
-
-
-#: Why a replica that answers well is still left out: its Pod's Ready condition is False.
-NOT_READY = "Pod not ready (its readiness probe, Patroni's /readiness)"
-
-
-@dataclass(frozen=True, slots=True)
-class _Verdict:
-    #: True: qualifies; None: in doubt (unreachable); False: left out.
-    listed: bool | None
-    reason: str = ""
-    #: Whether ``KeepEndpoints`` may keep it listed when nobody qualifies.
-    keepable: bool = False
 
 
 def related_rules(spec: ClusterSpec, uid: str | None) -> list[dict[str, Any]]:
@@ -241,12 +226,12 @@ def plan(context: PartContext) -> PartPlan:
     position = leader_status.wal_position
     assert position is not None
 
-    verdicts: dict[str, _Verdict] = {}
+    verdicts: dict[str, Verdict] = {}
     for name in sorted(pods):
         member = by_name.get(name) or MemberStatus.unknown(name, "not probed")
         verdict = classify(member, pods[name], ips.get(name), leader_status, position, spec)
         if verdict.listed is not False and slice_ports(spec, pods[name]) != reference_ports:
-            verdict = _Verdict(False, f"container ports differ from {leader}'s")
+            verdict = Verdict(False, f"container ports differ from {leader}'s")
         verdicts[name] = verdict
 
     def same_pod(name: str) -> bool:
@@ -332,88 +317,6 @@ PART = Part(
     related_rules=related_rules,
     plan=plan,
 )
-
-
-def classify(
-    member: MemberStatus,
-    pod: Pod,
-    ip: IP | None,
-    leader: MemberStatus,
-    leader_position: int,
-    spec: ClusterSpec,
-) -> _Verdict:
-    """Whether one member may be listed, and if not, why (a stable phrase)."""
-    rs = spec.replica_service
-    assert rs is not None
-    name = member.name
-    if name == leader.name:
-        return _Verdict(False, "leader")
-    if pod.terminating:
-        return _Verdict(False, "terminating")
-    if pod.labels.get(POD_NAME_LABEL) != name:
-        # Not its StatefulSet's member (a copy of one, or a Pod that merely carries the
-        # members' labels): never listed, whatever it answers.
-        return _Verdict(False, f"{POD_NAME_LABEL} label is not its name")
-    if ip is None:
-        return _Verdict(False, "no pod IP")
-    if bootstrap_labelled(spec, pod.labels):
-        # Patroni's own mark (kubernetes.bootstrap_labels): never listed, and never kept
-        # in doubt when it does not answer (a replica being re-created is often silent).
-        return _Verdict(False, f"initializing (bootstrap labels {bootstrap_labels_text(spec)})")
-    if not member.reachable:
-        if pod.not_ready:
-            return _Verdict(False, "unreachable, Pod not ready")
-        return _Verdict(None, "unreachable")
-    if not member.patroni_answer:
-        return _Verdict(False, "not a Patroni answer")
-    if spec.verify_member_name and member.patroni_name not in (None, name):
-        return _Verdict(False, f"answers as Patroni member {member.patroni_name}")
-    if (
-        member.patroni_scope is not None
-        and leader.patroni_scope is not None
-        and member.patroni_scope != leader.patroni_scope
-    ):
-        return _Verdict(False, f"member of Patroni scope {member.patroni_scope}")
-    if member.initialising:
-        return _Verdict(False, f"initializing (state {member.state})")
-    if member.claims_leadership or member.role != "replica":
-        return _Verdict(False, f"role {member.role or 'unknown'}")
-    if member.state != "running":
-        return _Verdict(False, f"state {member.state or 'unknown'}")
-    if member.noloadbalance:
-        return _Verdict(False, "tagged noloadbalance")
-    if member.replication_state is None and member.older_than(REPLICATION_STATE_SINCE):
-        since = ".".join(map(str, REPLICATION_STATE_SINCE))
-        return _Verdict(
-            False, f"{member.version_text} reports no replication_state (since {since})", True
-        )
-    if member.replication_state != "streaming":
-        return _Verdict(False, f"not streaming ({member.replication_state or 'unknown'})", True)
-    if member.wal_position is None:
-        return _Verdict(False, "no replayed WAL position", True)
-    if member.replay_paused and not rs.include_paused_replicas:
-        return _Verdict(False, "replay paused")
-    below = level_problem(rs.consistency, leader, name)
-    if below is not None:
-        return _Verdict(False, below, True)
-    if leader_position - member.wal_position > rs.max_lag_bytes:
-        return _Verdict(False, f"replay lags more than {format_bytes(rs.max_lag_bytes)}", True)
-    if pod.not_ready:
-        # The kubelet says no, from the readiness probe docs/deploy.md asks for: Patroni's
-        # /readiness, which since 4.1 answers 503 for a replica not streaming within
-        # maximum_lag_on_failover (patroni/api.py `_readiness`). Kubernetes' own slices
-        # would list it not ready; nor does this one. Last, so a reason of ours that says
-        # more (lag, pause, role) comes first.
-        return _Verdict(False, NOT_READY)
-    return _Verdict(True)
-
-
-def format_bytes(value: int) -> str:
-    """``16777216`` → ``16 MiB``: exact, so the phrase never changes between syncs."""
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if value >= size and value % size == 0:
-            return f"{value // size} {unit}"
-    return f"{value} bytes"
 
 
 def _status(
