@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import ssl
+from collections.abc import Iterator
 
 import requests
 import urllib3
@@ -67,20 +68,10 @@ def describe_failure(error: BaseException, target: ProbeTarget, *, in_body: bool
     (``ProtocolError("Connection aborted.", BadStatusLine(...))``) or as the cause: both
     are followed, nearest first.
     """
-    seen: set[int] = set()
-    queue: list[BaseException] = [error]
-    while queue and len(seen) < _MAX_CHAIN:
-        current = queue.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
+    for current in _chain(error):
         reason = _reason_of(current, target)
         if reason is not None:
             return reason
-        queue.extend(arg for arg in current.args if isinstance(arg, BaseException))
-        for linked in (getattr(current, "reason", None), current.__cause__, current.__context__):
-            if isinstance(linked, BaseException):
-                queue.append(linked)
     if isinstance(error, OSError):
         return "connection broken mid-body" if in_body else "connection failed"
     return f"probe failed ({type(error).__name__})"
@@ -88,6 +79,24 @@ def describe_failure(error: BaseException, target: ProbeTarget, *, in_body: bool
 
 #: Most exceptions looked at in one failure's chain.
 _MAX_CHAIN = 32
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and what it wraps, nearest first, each once, at most ``_MAX_CHAIN``:
+    requests and urllib3 keep the cause as an argument (``ProtocolError("Connection
+    aborted.", BadStatusLine(...))``), as ``reason``, or as ``__cause__``/``__context__``."""
+    seen: set[int] = set()
+    queue: list[BaseException] = [error]
+    while queue and len(seen) < _MAX_CHAIN:
+        current = queue.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        queue.extend(arg for arg in current.args if isinstance(arg, BaseException))
+        for linked in (getattr(current, "reason", None), current.__cause__, current.__context__):
+            if isinstance(linked, BaseException):
+                queue.append(linked)
 
 
 def _reason_of(error: BaseException, target: ProbeTarget) -> str | None:
@@ -114,21 +123,12 @@ def _reason_of(error: BaseException, target: ProbeTarget) -> str | None:
 
 def timed_out(error: BaseException) -> bool:
     """Whether a timeout (requests', urllib3's or the socket's) is in ``error``'s chain."""
-    seen: set[int] = set()
-    queue: list[BaseException] = [error]
-    while queue and len(seen) < 32:
-        current = queue.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, requests.Timeout | TimeoutError) or (
-            # urllib3's NewConnectionError is a ConnectTimeoutError: a refusal is not one.
+    return any(
+        isinstance(current, requests.Timeout | TimeoutError)
+        # urllib3's NewConnectionError is a ConnectTimeoutError: a refusal is not one.
+        or (
             isinstance(current, urllib3.exceptions.TimeoutError)
             and not isinstance(current, urllib3.exceptions.NewConnectionError)
-        ):
-            return True
-        queue.extend(arg for arg in current.args if isinstance(arg, BaseException))
-        for linked in (getattr(current, "reason", None), current.__cause__, current.__context__):
-            if isinstance(linked, BaseException):
-                queue.append(linked)
-    return False
+        )
+        for current in _chain(error)
+    )
