@@ -1,4 +1,4 @@
-"""Credential rotation that Metacontroller really picks up (ops/rotate.py).
+"""Credential rotation that Metacontroller really picks up (ops/rotation/).
 
 Run against the stand-in's model of Metacontroller 4.17.2 (testbed/metacontroller/credentials.py):
 the
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ops.rotate import Names, RotationError, Timing, rotate_tls, rotate_token
+from ops.rotation import Names, RotationError, Timing, rotate_tls, rotate_token
 from testbed.metacontroller.credentials import ModelCluster
 from tests.manifest_helpers import rendered
 
@@ -405,7 +405,7 @@ def test_annotating_after_renewals_lets_the_old_certificate_expire(tmp_path: Pat
 # ------------------------------------------------- the kubectl side, against a fake kubectl
 
 FAKE_KUBECTL = r'''#!/usr/bin/env python3
-"""A fake kubectl over a JSON state file: just the calls ops.rotate.KubectlCluster makes.
+"""A fake kubectl over a JSON state file: just the calls ops.rotation.KubectlCluster makes.
 A CompositeController patch records its Metacontroller's Started Event, as it would."""
 import base64, json, os, sys
 STATE = os.environ["FAKE_KUBECTL_STATE"]
@@ -482,7 +482,7 @@ def test_the_kubectl_commands_of_a_token_rotation(tmp_path: Path, monkeypatch: A
     import json
     import sys
 
-    from ops import rotate
+    from ops.rotation import cli
 
     fake = tmp_path / "kubectl"
     fake.write_text(FAKE_KUBECTL.replace("#!/usr/bin/env python3", f"#!{sys.executable}"))
@@ -500,11 +500,11 @@ def test_the_kubectl_commands_of_a_token_rotation(tmp_path: Path, monkeypatch: A
         )
     )
     monkeypatch.setenv("FAKE_KUBECTL_STATE", str(state_file))
-    real = rotate.KubectlCluster
-    monkeypatch.setattr(rotate, "KubectlCluster", lambda kubectl: real([str(fake)]))
-    monkeypatch.setattr(rotate, "stamp_now", lambda: "20261130T120000Z")
+    real = cli.KubectlCluster
+    monkeypatch.setattr(cli, "KubectlCluster", lambda kubectl: real([str(fake)]))
+    monkeypatch.setattr(cli, "stamp_now", lambda: "20261130T120000Z")
 
-    assert rotate.main(["token"]) == 0
+    assert cli.main(["token"]) == 0
 
     state = json.loads(state_file.read_text())
     for name in ("pg-failover-hook-0", "pg-failover-hook-1"):
@@ -528,7 +528,7 @@ def test_the_kubectl_commands_of_a_token_rotation(tmp_path: Path, monkeypatch: A
     assert patched == ["pg-failover-hook-0", "pg-failover-hook-1"]
     # A second rotation with the same stamp is refused before anything changes.
     calls = len(state["calls"])
-    assert rotate.main(["token"]) == 1
+    assert cli.main(["token"]) == 1
     state = json.loads(state_file.read_text())
     assert not any(c[0] == "patch" for c in state["calls"][calls:])
 
@@ -537,7 +537,7 @@ def test_the_secret_patch_goes_through_stdin_with_the_real_kubectl(
     control_plane: Any, kube_namespace: str
 ) -> None:
     """The real kubectl reads the patch from --patch-file /dev/stdin (nothing on its argv)."""
-    from ops.kubectl import KubectlCluster
+    from ops.rotation.kubectl import KubectlCluster
 
     kubectl = [
         str(control_plane.binaries.path("kubectl")),
