@@ -103,7 +103,7 @@ controlplane: $(STAMP) ## build the test control plane's binaries once per machi
 helm: $(STAMP) ## build the pinned helm once per machine (cached), for the chart's tests
 	$(BIN)/python -m testbed.kubernetes helm
 
-# charts/pg-failover-hook/ is generated from deploy/ (ops/chart.py): run after changing deploy/.
+# charts/pg-failover-hook/ is generated from deploy/ (ops/chart/): run after changing deploy/.
 chart: $(STAMP) ## rewrite the Helm chart charts/pg-failover-hook/ from deploy/
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m ops.chart
 

@@ -40,7 +40,7 @@ from typing import Any
 
 from hooks.shell.auth import Authenticator
 from hooks.shell.config import AuthSettings
-from ops.rotate import EVENT_CREATE_ERROR, EVENT_STARTED, Names, RotationError
+from ops.rotation import EVENT_CREATE_ERROR, EVENT_STARTED, Names, RotationError
 
 EVENT_STOPPED = "Stopped"
 
