@@ -83,11 +83,12 @@ lint: $(STAMP) ## ruff, ruff format --check, mypy --strict, the import contracts
 	$(BIN)/lint-imports
 	$(BIN)/lint-imports testbed/import-contracts.toml
 
-# The junit file is what `make readme-figures` writes the README's test figures from.
+# The junit file is what `make readme-figures` writes the README's test figures from; the 25
+# slowest tests are printed at the end, where CI time goes.
 JUNIT := .run/junit.xml
 
 test: $(STAMP) lint promtool image-tools controlplane helm ## lint, then the whole test suite (writes .run/junit.xml)
-	$(BIN)/python -m pytest --junitxml=$(JUNIT)
+	$(BIN)/python -m pytest --junitxml=$(JUNIT) --durations=25
 
 readme-figures: $(STAMP) ## rewrite the README's test figures from the last `make test` (.run/junit.xml)
 	$(BIN)/python -m tests.suite_figures $(JUNIT) README.md
