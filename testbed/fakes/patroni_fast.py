@@ -6,13 +6,16 @@ a second, and their CPU must not be confused with the hook's or the load generat
 this module serves members from a separate process with one asyncio event loop and a
 bare :class:`asyncio.Protocol` per connection.
 
-Each member answers like Patroni 4.1's REST API (``docs/rest_api.rst``, ``api.py``):
-HTTP/1.0, no ``Content-Length``, the connection closed after the one response, the
-same JSON document on every health path (the leader's lists its replicas: 0.8 KiB with
-the headers), 200 on ``/primary`` for the leader and 503 for a replica. A ``hung``
-member reads the request and never answers (what Patroni does for ~2 s while it shuts
-down). The document, the headers and the shared-port binding are the tests' own
-(:mod:`testbed.fakes.patroni_wire`), so a benchmark probes exactly what the correctness tests do.
+What a member answers is :mod:`testbed.fakes.patroni_model`'s, the model the tests' fakes
+play too, so a benchmark probes exactly what the correctness tests do: like Patroni 4.1's
+REST API (``docs/rest_api.rst``, ``api.py``), HTTP/1.0, no ``Content-Length``, the
+connection closed after the one response, the same JSON document on every path (the
+leader's lists its replicas: 0.8 KiB with the headers) and the status code by path and role
+(200 on ``/primary`` for the leader, 503 for a replica). A ``hung`` member reads the
+request and never answers (what Patroni does for ~2 s while it shuts down); every other
+behaviour of the model (slow, drip, reset, huge, ...) plays here as well. The common answer,
+one write and a close, is written straight from the protocol's callback; the others are
+played by a task per connection.
 
 Bounded: the server process stops by itself after ``lifetime`` seconds or
 ``max_connections`` connections, whichever comes first, and a held connection is
@@ -26,50 +29,149 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import socket
+import struct
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from testbed.fakes.patroni_wire import bind_shared_port, patroni_body, response
+from testbed.fakes.patroni_model import (
+    Behaviour,
+    Drip,
+    Hold,
+    Identity,
+    Kind,
+    Reply,
+    Send,
+    Stream,
+    Wait,
+    behaviour_of,
+    reply,
+    request_path,
+)
+from testbed.fakes.patroni_wire import bind_shared_port
 
-LEADER = "leader"
-REPLICA = "replica"
-HUNG = "hung"
+#: The behaviours' names the benchmarks pass (a :class:`Behaviour` of the model works too).
+LEADER = Kind.LEADER.value
+REPLICA = Kind.REPLICA.value
+HUNG = Kind.HUNG.value
 BEHAVIOURS = (LEADER, REPLICA, HUNG)
 
 #: First loopback address of the benchmark members (tests use 127.0.0.10 and up).
 FIRST_HOST = 40
+MAX_REQUEST_BYTES = 16384
+SEND_CHUNK = 64 * 1024
 
 
-class _Member(asyncio.Protocol):
-    def __init__(self, answer: bytes | None, state: _State) -> None:
-        self.answer = answer  # None: hung
+class _Answers:
+    """One member's replies by request path, made by the model once and then reused."""
+
+    def __init__(self, behaviour: Behaviour, identity: Identity) -> None:
+        self.behaviour, self.identity = behaviour, identity
+        self.by_path: dict[str, Reply] = {}
+
+    def to(self, request: bytes) -> Reply:
+        line = request.split(b"\r\n", 1)[0].decode("latin-1")
+        path = request_path(line)
+        answer = self.by_path.get(path)
+        if answer is None:
+            answer = self.by_path[path] = reply(self.behaviour, self.identity, line)
+        return answer
+
+
+class _Connection(asyncio.Protocol):
+    """One accepted connection: reads the request head, then plays the model's reply."""
+
+    def __init__(self, state: _State) -> None:
         self.state = state
         self.buffer = b""
         self.transport: asyncio.Transport | None = None
+        self.writable = asyncio.Event()
+        self.writable.set()
+
+    def answers(self) -> _Answers:
+        raise NotImplementedError
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.state.connections += 1
-        if self.answer is None:
-            self.state.held.add(transport)
-            asyncio.get_running_loop().call_later(self.state.max_hold, transport.close)
         if self.state.connections >= self.state.max_connections:
             self.state.done.set()
 
     def data_received(self, data: bytes) -> None:
-        if self.transport is None or self.answer is None:
+        transport = self.transport
+        if transport is None:
             return
         self.buffer += data
-        if b"\r\n\r\n" in self.buffer or len(self.buffer) > 16384:
-            self.transport.write(self.answer)
-            self.transport.close()
-            self.transport = None
+        if b"\r\n\r\n" not in self.buffer and len(self.buffer) <= MAX_REQUEST_BYTES:
+            return
+        self.transport = None  # one request per connection: later bytes are ignored
+        answer = self.answers().to(self.buffer)
+        first = answer.steps[0]
+        if len(answer.steps) == 1 and isinstance(first, Send) and not answer.reset:
+            transport.write(first.data)  # the hot path: one write, then close
+            transport.close()
+            return
+        self.state.held.add(transport)
+        task = asyncio.get_running_loop().create_task(self._play(transport, answer))
+        self.state.tasks.add(task)
+        task.add_done_callback(self.state.tasks.discard)
+
+    async def _play(self, transport: asyncio.Transport, answer: Reply) -> None:
+        try:
+            async with asyncio.timeout(self.state.max_hold):
+                await self._steps(transport, answer)
+        except TimeoutError:
+            pass  # held (or streamed) too long: drop it
+        if answer.reset and not transport.is_closing():
+            sock = transport.get_extra_info("socket")
+            if sock is not None:  # SO_LINGER on, timeout 0: the close sends RST
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            transport.abort()
+        else:
+            transport.close()
+        self.state.held.discard(transport)
+
+    async def _steps(self, transport: asyncio.Transport, answer: Reply) -> None:
+        for step in answer.steps:
+            if transport.is_closing():
+                return
+            if isinstance(step, Send):
+                transport.write(step.data)
+            elif isinstance(step, Wait):
+                await asyncio.sleep(step.seconds)
+            elif isinstance(step, Drip):
+                for index in range(len(step.data)):
+                    await asyncio.sleep(step.interval)
+                    transport.write(step.data[index : index + 1])
+            elif isinstance(step, Stream):
+                for start in range(0, step.size, SEND_CHUNK):
+                    await self.writable.wait()
+                    transport.write(b"x" * min(SEND_CHUNK, step.size - start))
+            elif isinstance(step, Hold):
+                await asyncio.sleep(self.state.max_hold)
+        while answer.reset and transport.get_write_buffer_size() and not transport.is_closing():
+            await asyncio.sleep(0.005)  # the bytes before the reset go out first
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.transport is not None:
-            self.state.held.discard(self.transport)
+        self.writable.set()
+        self.transport = None
+
+
+class _Member(_Connection):
+    def __init__(self, answers: _Answers, state: _State) -> None:
+        super().__init__(state)
+        self._answers = answers
+
+    def answers(self) -> _Answers:
+        return self._answers
 
 
 @dataclass
@@ -77,14 +179,15 @@ class _State:
     max_connections: int
     max_hold: float
     done: asyncio.Event
-    held: set[asyncio.Transport]
+    held: set[asyncio.Transport] = field(default_factory=set)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
     connections: int = 0
 
 
 def _serve(
     hosts: Sequence[str],
     names: Sequence[str],
-    behaviours: Sequence[str],
+    behaviours: Sequence[Behaviour | str],
     lifetime: float,
     max_connections: int,
     max_hold: float,
@@ -94,19 +197,15 @@ def _serve(
 
     async def main() -> int:
         loop = asyncio.get_running_loop()
-        state = _State(max_connections, max_hold, asyncio.Event(), set())
+        state = _State(max_connections, max_hold, asyncio.Event())
         port, socks = bind_shared_port(hosts)
         servers = []
         for sock, name, behaviour in zip(socks, names, behaviours, strict=True):
-            answer: bytes | None = None
-            if behaviour == LEADER:
-                answer = response(200, patroni_body("primary", name=name, members=names))
-            elif behaviour == REPLICA:
-                answer = response(503, patroni_body("replica", name=name, members=names))
+            answers = _Answers(behaviour_of(behaviour), Identity(name, 1, tuple(names)))
             sock.listen(1024)
             servers.append(
                 await loop.create_server(
-                    lambda answer=answer: _Member(answer, state),  # type: ignore[misc]
+                    lambda answers=answers: _Member(answers, state),  # type: ignore[misc]
                     sock=sock,
                 )
             )
@@ -118,6 +217,8 @@ def _serve(
             server.close()
         for transport in list(state.held):
             transport.close()
+        for task in list(state.tasks):
+            task.cancel()
         return state.connections
 
     connections = asyncio.run(main())
@@ -167,7 +268,7 @@ class FakeMembers(_ServingProcess):
 
 @contextmanager
 def fake_members(
-    behaviours: Sequence[str],
+    behaviours: Sequence[Behaviour | str],
     *,
     names: Sequence[str] | None = None,
     first_host: int = FIRST_HOST,
@@ -175,8 +276,11 @@ def fake_members(
     max_connections: int = 5_000_000,
     max_hold: float = 30.0,
 ) -> Iterator[FakeMembers]:
-    """Serve one member per behaviour on 127.0.0.<first_host>, <first_host+1>, ..."""
-    assert all(b in BEHAVIOURS for b in behaviours), behaviours
+    """Serve one member per behaviour on 127.0.0.<first_host>, <first_host+1>, ...
+
+    A behaviour is a :class:`testbed.fakes.patroni_model.Behaviour` or its kind's name
+    (:data:`LEADER`, :data:`REPLICA`, :data:`HUNG`, ...); a refused one cannot be served."""
+    assert all(behaviour_of(b).kind is not Kind.REFUSED for b in behaviours), behaviours
     hosts = [f"127.0.0.{first_host + i}" for i in range(len(behaviours))]
     names = list(names or [f"pg-orders-{i}" for i in range(len(behaviours))])
     context = multiprocessing.get_context("spawn")  # no inherited threads or sockets
@@ -218,47 +322,39 @@ def fleet_host(cluster: int, member: int) -> str:
     return f"127.{FLEET_OCTET + member}.{cluster // 250}.{cluster % 250 + 1}"
 
 
-class _FleetMember(asyncio.Protocol):
+class _FleetMember(_Connection):
     """One connection to member ``member`` of cluster ``cluster``: answers by the role it
-    holds when the request arrives (the leader 200, everyone else 503), then closes."""
+    holds when the request arrives (the leader as the model's leader, everyone else as a
+    replica), then closes."""
 
     def __init__(self, fleet: _Fleet, cluster: int, member: int) -> None:
+        super().__init__(fleet.state)
         self.fleet = fleet
         self.cluster = cluster
         self.member = member
-        self.buffer = b""
-        self.transport: asyncio.Transport | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.fleet.connections += 1
-
-    def data_received(self, data: bytes) -> None:
-        if self.transport is None:
-            return
-        self.buffer += data
-        if b"\r\n\r\n" in self.buffer or len(self.buffer) > 16384:
-            leader = self.fleet.leaders[self.cluster] == self.member
-            answers = self.fleet.cluster_answers or [self.fleet.answers]
-            self.transport.write(answers[self.cluster % len(answers)][leader][self.member])
-            self.transport.close()
-            self.transport = None
+    def answers(self) -> _Answers:
+        leader = self.fleet.leaders[self.cluster] == self.member
+        names = self.cluster % len(self.fleet.answers)
+        return self.fleet.answers[names][leader][self.member]
 
 
 @dataclass
 class _Fleet:
     leaders: list[int]
-    answers: dict[bool, list[bytes]]
-    connections: int = 0
-    #: Per cluster, when its members carry names of their own (``member_names``).
-    cluster_answers: list[dict[bool, list[bytes]]] | None = None
+    #: Per set of member names (one for the whole fleet, or one per cluster when its
+    #: members carry names of their own): leader or not, then per member.
+    answers: list[dict[bool, list[_Answers]]]
+    state: _State
 
 
-def _answers(names: Sequence[str]) -> dict[bool, list[bytes]]:
+def _answers(names: Sequence[str]) -> dict[bool, list[_Answers]]:
+    def member(name: str, behaviour: Behaviour) -> _Answers:
+        return _Answers(behaviour, Identity(name, 1, tuple(names)))
+
     return {
-        True: [response(200, patroni_body("primary", name=n, members=names)) for n in names],
-        False: [response(503, patroni_body("replica", name=n, members=names)) for n in names],
+        leader: [member(n, behaviour_of(LEADER if leader else REPLICA)) for n in names]
+        for leader in (True, False)
     }
 
 
@@ -272,15 +368,16 @@ def _serve_fleet(
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     names = [f"pg-orders-{i}" for i in range(members)]
+    state = _State(max_connections=2**62, max_hold=30.0, done=asyncio.Event())
     fleet = _Fleet(
         leaders=[0] * clusters,
-        answers=_answers(names),
-        cluster_answers=[_answers(n) for n in member_names] if member_names else None,
+        answers=[_answers(n) for n in member_names] if member_names else [_answers(names)],
+        state=state,
     )
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        done = asyncio.Event()
+        done = state.done = asyncio.Event()
         ports = []
         servers = []
         for c in range(clusters):
@@ -318,7 +415,7 @@ def _serve_fleet(
 
     asyncio.run(main())
     with suppress(OSError):
-        pipe.send(("stopped", fleet.connections, os.times()))
+        pipe.send(("stopped", state.connections, os.times()))
 
 
 @dataclass
