@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass, replace
+from http import HTTPStatus
 from typing import Any
 
 from testbed.fakes.patroni_wire import patroni_body, response_head
@@ -182,36 +183,51 @@ def request_path(request_line: str) -> str:
     return target.split("?", 1)[0].split("#", 1)[0] or "/"
 
 
+def handler(path: str) -> str:
+    """Which of Patroni's ``do_GET_<first segment>`` handlers answers ``path`` (its
+    ``parse_request``): ``patroni``, ``readiness``, ``liveness``, else ``""`` (``do_GET``)."""
+    first = path.lstrip("/").split("/")[0]
+    return first if first in ("patroni", "readiness", "liveness") else ""
+
+
 def status_code(path: str, document: dict[str, Any], *, holds_lock: bool) -> int:
     """The status Patroni 4.1 answers on ``path`` for a member reporting ``document``.
 
-    ``api.py``: ``/patroni`` and ``/liveness`` always 200; ``/readiness`` 200 for a running
-    leader or a streaming replica; every other path goes through ``do_GET``'s choice by the
-    words it contains (``/`` counts as ``/primary``). Patroni 3 said ``master``.
+    ``api.py`` of a cluster that is not a standby cluster: ``/patroni`` always 200,
+    ``/liveness`` 200 while the heartbeat loop runs (always, here); ``/readiness`` 200 for
+    the lock holder or a running replica that streams (within the lag: always, here); every
+    other path goes through ``do_GET``'s choice by the words it contains (``/`` counts as
+    ``/primary``), where the leader paths follow the lock, not the role reported.
     """
     role, running = document.get("role"), document.get("state") == "running"
-    if path in ("/patroni", "/liveness"):
-        return 200
-    if path == "/readiness":
-        streaming = role == "replica" and document.get("replication_state") == "streaming"
-        return 200 if running and (holds_lock or streaming) else 503
-    path = "/primary" if path == "/" else path
-    primary = 200 if holds_lock and role in ("primary", "master") else 503
-    standby_leader = 200 if holds_lock and role == "standby_leader" else 503
     replica = 200 if role == "replica" and running else 503
+    if handler(path) in ("patroni", "liveness"):
+        return 200
+    if handler(path) == "readiness":
+        streaming = replica == 200 and document.get("replication_state") == "streaming"
+        return 200 if holds_lock or streaming else 503
+    path = "/primary" if path == "/" else path
+    leader = primary = 200 if holds_lock else 503
+    synchronous = document.get("sync_standby") or document.get("quorum_standby")
     if "standby_leader" in path or "standby-leader" in path:
-        return standby_leader
+        return 503  # not a standby cluster: nobody is its standby leader
     if "leader" in path:
-        return 200 if holds_lock else 503
+        return leader
     if "master" in path or "primary" in path or "read-write" in path:
         return primary
     if "replica" in path:
         return replica
-    if "read-only" in path:
-        return 200 if 200 in (primary, standby_leader) else replica
+    if "read-only" in path and "sync" not in path and "quorum" not in path:
+        return 200 if primary == 200 else replica
     if "health" in path:
         return 200 if running else 503
-    return replica if "async" in path else 503
+    if path in ("/async", "/asynchronous"):
+        return 503 if synchronous else replica
+    if path in ("/sync", "/synchronous", "/quorum"):
+        return replica if synchronous else 503
+    if path in ("/read-only-sync", "/read-only-synchronous", "/read-only-quorum"):
+        return 200 if primary == 200 else replica if synchronous else 503
+    return 503
 
 
 def document(kind: Kind, identity: Identity) -> dict[str, Any]:
@@ -255,13 +271,22 @@ def reply(behaviour: Behaviour, identity: Identity, request_line: str) -> Reply:
             return Reply((*wait, Send(response_head(302, location))))
         head = Send(response_head(302, location + _length(behaviour)))
         return Reply((*wait, head, Stream(behaviour.body_bytes)))
-    status, payload = _payload(behaviour, identity, request_path(request_line))
+    path = request_path(request_line)
+    status, payload = _payload(behaviour, identity, path)
+    if kind in _BY_PATH and handler(path) in ("readiness", "liveness"):
+        # ``_write_status_code_only``: the status line and a blank line, nothing else.
+        line = f"HTTP/1.0 {status} {HTTPStatus(status).phrase}\r\n\r\n"
+        return Reply((*wait, Send(line.encode())))
     return Reply((*wait, Send(response_head(status) + payload)))
+
+
+#: The kinds that answer as Patroni does on every path; the others answer alike everywhere.
+_BY_PATH = (Kind.LEADER, Kind.REPLICA, Kind.MASTER_V3)
 
 
 def _payload(behaviour: Behaviour, identity: Identity, path: str) -> tuple[int, bytes]:
     kind = behaviour.kind
-    if kind in (Kind.LEADER, Kind.REPLICA, Kind.MASTER_V3):
+    if kind in _BY_PATH:
         body = document(kind, identity)
         return status_code(path, body, holds_lock=kind is not Kind.REPLICA), _json(body)
     if kind in (Kind.PROMOTING, Kind.STOPPING):
