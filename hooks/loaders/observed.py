@@ -10,6 +10,11 @@ that is free input (a Pod without an IP yet, a hand-edited selector, an unusable
 last-applied record, a status anyone can write) loads as an attribute that says so, never
 as an error: the hook must keep working, and keep what it observed, whatever is there.
 
+This module loads the related Pods and Jobs and puts everything together (:class:`Observed`);
+the child groups load in :mod:`hooks.loaders.observed_children`, the parent's status in
+:mod:`hooks.loaders.previous_status`, and the metadata checks and lenient readers they all
+share are :mod:`hooks.loaders.observed_fields`'s. Their loaders are importable from here too.
+
 Pure: plain mappings in, frozen values out; the observed objects are never modified.
 """
 
@@ -19,83 +24,47 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any
 
 from hooks.domain.model import (
     CRONJOB_KEY,
     ENDPOINTSLICE_KEY,
     JOB_KEY,
-    LAST_APPLIED_ANNOTATION,
     POD_KEY,
     ROLE_ALIASES,
     SERVICE_KEY,
     STATUS_ANNOTATION,
-    Condition,
 )
 from hooks.domain.observed import (
-    EMPTY,
     IP,
-    BackupRecord,
     Child,
     CronJobChild,
     Job,
     JobEnd,
-    OwnerRef,
     Pod,
-    PreviousBackup,
-    PreviousCondition,
-    PreviousMember,
     PreviousStatus,
     ServiceChild,
     SliceChild,
-    parse_time,
 )
 from hooks.loaders.jsonbody import JsonRefused, bounded_loads
+from hooks.loaders.observed_children import load_child, load_children, typed
+from hooks.loaders.observed_fields import (
+    ObservedError,
+    checked_metadata,
+    integer,
+    is_time,
+    mapping,
+    strings,
+)
+from hooks.loaders.previous_status import load_previous_status
 
-T = TypeVar("T", bound=Child)
 #: Patroni's member JSON in the ``status`` annotation is small; more is not Patroni's.
 _MAX_STATUS_ANNOTATION = 65536
-#: Kubernetes' limit on all of an object's annotations together
-#: (``TotalAnnotationSizeLimitB``): no last-applied record can be larger.
-_MAX_LAST_APPLIED = 256 * 1024
 
-
-class ObservedError(ValueError):
-    """An observed object's ``metadata`` is junk: the request cannot be read."""
-
-
-# ------------------------------------------------------------------- metadata
-
-
-def _metadata(group: str, key: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``obj``'s metadata, checked: an object named ``key`` with string maps."""
-    metadata = obj.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    if name != key:
-        raise ObservedError(f"{group}[{key!r}] has metadata.name {name!r}")
-    assert isinstance(metadata, Mapping)
-    for field in ("labels", "annotations"):
-        value = metadata.get(field)
-        if value is not None and not _string_map(value):
-            raise ObservedError(
-                f"{group}[{key!r}] has metadata.{field} that is not a map of strings to strings"
-            )
-    return metadata
-
-
-def _string_map(value: object) -> bool:
-    return isinstance(value, Mapping) and all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    )
-
-
-def _strings(metadata: Mapping[str, Any], field: str) -> Mapping[str, str]:
-    value = metadata.get(field)
-    return MappingProxyType(dict(value)) if value else EMPTY
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else EMPTY
+__all__ = [
+    "Observed", "ObservedError", "load_child", "load_children", "load_jobs", "load_observed",
+    "load_pod", "load_pods", "load_previous_status", "typed",
+]  # fmt: skip
 
 
 # ------------------------------------------------------------------ all at once
@@ -162,16 +131,16 @@ def load_pods(group: str, objects: Mapping[str, Mapping[str, Any]]) -> dict[str,
 
 def load_pod(group: str, key: str, obj: Mapping[str, Any]) -> Pod:
     """One related Pod (``group`` and ``key`` name it in a refusal)."""
-    metadata = _metadata(group, key, obj)
-    annotations = _strings(metadata, "annotations")
-    status = _mapping(obj.get("status"))
-    spec = _mapping(obj.get("spec"))
+    metadata = checked_metadata(group, key, obj)
+    annotations = strings(metadata, "annotations")
+    status = mapping(obj.get("status"))
+    spec = mapping(obj.get("spec"))
     uid = metadata.get("uid")
     node = spec.get("nodeName")
     return Pod(
         name=key,
         ip=_pod_ip(status.get("podIP")),
-        labels=_strings(metadata, "labels"),
+        labels=strings(metadata, "labels"),
         terminating=bool(metadata.get("deletionTimestamp")),
         not_ready=_not_ready(status),
         status_role=_annotation_role(annotations.get(STATUS_ANNOTATION)),
@@ -212,7 +181,7 @@ def _container_ports(spec: Mapping[str, Any]) -> dict[str, int]:
         container_ports = container.get("ports") if isinstance(container, Mapping) else None
         for port in container_ports if isinstance(container_ports, list) else []:
             if isinstance(port, Mapping) and isinstance(port.get("name"), str):
-                number = _integer(port.get("containerPort"))
+                number = integer(port.get("containerPort"))
                 if number is not None:
                     declared.setdefault(port["name"], number)
     return declared
@@ -234,135 +203,6 @@ def _annotation_role(raw: object) -> str | None:
     return ROLE_ALIASES.get(role, role)
 
 
-# --------------------------------------------------------------------- children
-
-
-def load_children(group: str, objects: Mapping[str, Mapping[str, Any]]) -> dict[str, Child]:
-    """Every observed child of one group, by name, as the value its group loads into."""
-    return {key: load_child(group, key, obj) for key, obj in objects.items()}
-
-
-def load_child(group: str, key: str, obj: Mapping[str, Any]) -> Child:
-    """One observed child: a Service, an EndpointSlice, a CronJob or any other."""
-    metadata = _metadata(group, key, obj)
-    raw = MappingProxyType(obj)
-    labels = _strings(metadata, "labels")
-    applied = _last_applied(obj, metadata)
-    if group == SERVICE_KEY:
-        spec = _mapping(obj.get("spec"))
-        selector = spec.get("selector")
-        applied_labels = _mapping(applied.get("metadata")).get("labels") if applied else None
-        return ServiceChild(
-            group,
-            key,
-            labels,
-            applied,
-            raw,
-            selector=selector if isinstance(selector, Mapping) else None,
-            applied_labels=applied_labels if isinstance(applied_labels, Mapping) else EMPTY,
-            owners=_owners(metadata.get("ownerReferences")),
-            deleting=bool(metadata.get("deletionTimestamp")),
-        )
-    if group == ENDPOINTSLICE_KEY:
-        return SliceChild(group, key, labels, applied, raw, endpoints=_endpoints(obj))
-    if group == CRONJOB_KEY:
-        resources = MappingProxyType(_container_resources(obj))
-        return CronJobChild(group, key, labels, applied, raw, container_resources=resources)
-    return Child(group, key, labels, applied, raw)
-
-
-def _owners(value: object) -> tuple[OwnerRef, ...]:
-    """``metadata.ownerReferences``: the entries with string identity fields, in order."""
-    found = []
-    for entry in value if isinstance(value, list) else []:
-        if not isinstance(entry, Mapping):
-            continue
-        ident = [entry.get(k) for k in ("apiVersion", "kind", "name", "uid")]
-        if all(isinstance(v, str) for v in ident):
-            api_version, kind, name, uid = (str(v) for v in ident)
-            found.append(OwnerRef(api_version, kind, name, uid, entry.get("controller") is True))
-    return tuple(found)
-
-
-def typed(group: Mapping[str, Child] | None, kind: type[T]) -> dict[str, T] | None:
-    """A loaded group whose children are all ``kind`` (as :func:`load_child` makes them)."""
-    if group is None:
-        return None
-    found = {name: child for name, child in group.items() if isinstance(child, kind)}
-    assert len(found) == len(group), "load_child loads a group alike"  # pragma: no mutate
-    return found
-
-
-def _last_applied(obj: Mapping[str, Any], metadata: Mapping[str, Any]) -> dict[str, Any] | None:
-    """What the hook last asked for (Metacontroller's record), if it is usable.
-
-    Usable: JSON, an object with a ``metadata`` object (and a ``spec`` object, if any),
-    for this very object (same ``apiVersion``, ``kind`` and name).
-    """
-    raw = _mapping(metadata.get("annotations")).get(LAST_APPLIED_ANNOTATION)
-    if not isinstance(raw, str):
-        return None
-    try:
-        applied = bounded_loads(raw, max_bytes=_MAX_LAST_APPLIED)
-    except JsonRefused:
-        return None  # unusable: the observed object itself is kept instead
-    if not isinstance(applied, dict) or not isinstance(applied.get("metadata"), dict):
-        return None
-    if not isinstance(applied.get("spec", {}), dict):
-        return None
-    same_kind = all(applied.get(key) == obj.get(key) for key in ("apiVersion", "kind"))
-    same_name = applied["metadata"].get("name") == metadata.get("name")
-    return applied if same_kind and same_name else None
-
-
-def _endpoints(obj: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    """``(Pod name, first address)`` of each endpoint that references a Pod."""
-    found = []
-    endpoints = obj.get("endpoints")
-    for entry in endpoints if isinstance(endpoints, list) else []:
-        if not isinstance(entry, Mapping):
-            continue
-        target = entry.get("targetRef")
-        addresses = entry.get("addresses")
-        if (
-            isinstance(target, Mapping)
-            and target.get("kind") == "Pod"
-            and isinstance(target.get("name"), str)
-            and isinstance(addresses, list)
-            and addresses
-            and isinstance(addresses[0], str)
-        ):
-            found.append((target["name"], addresses[0]))
-    return tuple(found)
-
-
-def _container_resources(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Mapping[str, str]]]:
-    node: Any = obj
-    for key in ("spec", "jobTemplate", "spec", "template", "spec"):
-        node = node.get(key) if isinstance(node, Mapping) else None
-    containers = node.get("containers") if isinstance(node, Mapping) else None
-    found: dict[str, Mapping[str, Mapping[str, str]]] = {}
-    for container in containers if isinstance(containers, list) else []:
-        if isinstance(container, Mapping) and isinstance(container.get("name"), str):
-            resources = _mapping(container.get("resources"))
-            found.setdefault(
-                container["name"],
-                MappingProxyType(
-                    {
-                        group: MappingProxyType(
-                            {
-                                k: v
-                                for k, v in _mapping(resources.get(group)).items()
-                                if isinstance(v, str)
-                            }
-                        )
-                        for group in ("requests", "limits")
-                    }
-                ),
-            )
-    return found
-
-
 # ------------------------------------------------------------------------- Jobs
 
 
@@ -370,8 +210,8 @@ def load_jobs(group: str, objects: Mapping[str, Mapping[str, Any]]) -> dict[str,
     """Every related backup Job, by name."""
     jobs = {}
     for key, obj in objects.items():
-        metadata = _metadata(group, key, obj)
-        jobs[key] = Job(key, _strings(metadata, "labels"), _finished(obj))
+        metadata = checked_metadata(group, key, obj)
+        jobs[key] = Job(key, strings(metadata, "labels"), _finished(obj))
     return jobs
 
 
@@ -388,102 +228,10 @@ def _finished(job: Mapping[str, Any]) -> JobEnd | None:
         if kind not in ("Complete", "Failed"):
             continue
         when = status.get("completionTime") if kind == "Complete" else None
-        when = when if _is_time(when) else condition.get("lastTransitionTime")
-        if not _is_time(when):
+        when = when if is_time(when) else condition.get("lastTransitionTime")
+        if not is_time(when):
             continue
         reason = condition.get("reason")
         assert isinstance(when, str)
         return JobEnd(str(kind), when, reason if isinstance(reason, str) and reason else str(kind))
     return None
-
-
-def _is_time(value: object) -> bool:
-    return isinstance(value, str) and parse_time(value) is not None
-
-
-# -------------------------------------------------------------- previous status
-
-
-def load_previous_status(status: object) -> PreviousStatus:
-    """The parent's ``status`` (free input: whatever is not readable is left out)."""
-    if not isinstance(status, Mapping):
-        return PreviousStatus()
-    entries = status.get("conditions")
-    timeline = status.get("timeline")
-    conditions = tuple(
-        _previous_condition(c)
-        for c in (entries if isinstance(entries, list) else [])
-        if isinstance(c, Mapping) and isinstance(c.get("type"), str)
-    )
-    members = status.get("members")
-    return PreviousStatus(
-        conditions=conditions,
-        members=tuple(
-            _previous_member(m)
-            for m in (members if isinstance(members, list) else [])
-            if isinstance(m, Mapping) and isinstance(m.get("name"), str)
-        ),
-        by_type=MappingProxyType({c.type: c for c in conditions}),
-        ready=next((c for c in conditions if c.type == "Ready"), None),
-        timeline=_integer(timeline),
-        backup=_previous_backup(status.get("backup")),
-        raw=MappingProxyType(status),
-    )
-
-
-def _previous_condition(observed: Mapping[str, Any]) -> PreviousCondition:
-    type_ = observed["type"]
-    status = observed.get("status")
-    reason = observed.get("reason")
-    transition = observed.get("lastTransitionTime")
-    kept = None
-    if isinstance(status, str):
-        kept = Condition(
-            type_, status, str(observed.get("reason", "")), str(observed.get("message", ""))
-        )
-    return PreviousCondition(
-        type=type_,
-        status=status if isinstance(status, str) else None,
-        reason=reason if isinstance(reason, str) else None,
-        last_transition_time=transition if isinstance(transition, str) and transition else None,
-        condition=kept,
-    )
-
-
-def _previous_member(entry: Mapping[str, Any]) -> PreviousMember:
-    reachable = entry.get("reachable")
-    return PreviousMember(
-        name=entry["name"],
-        reachable=reachable if isinstance(reachable, bool) else None,
-        role=_text(entry.get("role")),
-        state=_text(entry.get("state")),
-        timeline=_integer(entry.get("timeline")),
-        reason=_text(entry.get("reason")),
-    )
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _integer(value: object) -> int | None:
-    """An integer, never a boolean (JSON's ``true`` is not a timeline)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _previous_backup(value: object) -> PreviousBackup:
-    old = _mapping(value)
-    cron_job = old.get("cronJob")
-    return PreviousBackup(
-        cron_job=cron_job if isinstance(cron_job, str) else None,
-        last_successful=_record(old.get("lastSuccessful"), "completionTime"),
-        last_failed=_record(old.get("lastFailed"), "failureTime"),
-    )
-
-
-def _record(value: object, time_key: str) -> BackupRecord | None:
-    if not isinstance(value, Mapping):
-        return None
-    if not isinstance(value.get("job"), str) or not _is_time(value.get(time_key)):
-        return None
-    return BackupRecord(MappingProxyType({k: v for k, v in value.items() if isinstance(v, str)}))
