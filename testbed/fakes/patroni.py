@@ -21,6 +21,7 @@ closes every socket: the test suite turns a ``ResourceWarning`` into an error.
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -91,6 +92,8 @@ class Exchange:
     bytes_sent: int = 0
     #: How it ended: "answered", "client closed", "reset sent", "released", ...
     outcome: str = ""
+    #: A TLS member: whether the handshake completed.
+    handshake: bool = False
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -99,6 +102,9 @@ class FakeMember:
 
     :param sock: an already bound (not yet listening) socket to serve on; without
         one, the fake binds ``host`` on an ephemeral port.
+    :param tls: serve HTTPS with this server context (its certificate, and whether it
+        requires a client certificate): the wrong certificate, CA or client certificate
+        is a failure mode like any other.
     """
 
     def __init__(
@@ -109,9 +115,11 @@ class FakeMember:
         name: str = "pg-0",
         timeline: int = 1,
         sock: socket.socket | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.name = name
         self.timeline = timeline
+        self.tls = tls
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._release = threading.Event()
@@ -150,7 +158,8 @@ class FakeMember:
 
     def url(self, path: str = "/primary") -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}{path}"
+        scheme = "http" if self.tls is None else "https"
+        return f"{scheme}://{host}:{self.port}{path}"
 
     def release(self) -> None:
         """Let the connections held so far go (they close without an answer).
@@ -170,6 +179,11 @@ class FakeMember:
     def connections(self) -> int:
         """Connections accepted so far."""
         return len(self.exchanges)
+
+    @property
+    def handshakes(self) -> int:
+        """TLS handshakes completed so far."""
+        return sum(e.handshake for e in self.exchanges)
 
     @property
     def requests(self) -> list[str]:
@@ -261,6 +275,17 @@ class FakeMember:
         try:
             conn.settimeout(REQUEST_TIMEOUT)
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+            if self.tls is not None:
+                raw = conn
+                try:
+                    conn = self.tls.wrap_socket(raw, server_side=True)
+                except OSError as error:  # ssl.SSLError included
+                    exchange.outcome = f"handshake failed ({type(error).__name__})"
+                    return
+                with self._lock:  # close() must shut the TLS socket down now
+                    self._connections.discard(raw)
+                    self._connections.add(conn)
+                exchange.handshake = True
             exchange.request_line = _read_request_line(conn)
             if exchange.request_line is None:
                 exchange.outcome = "no request"

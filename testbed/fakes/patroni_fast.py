@@ -13,9 +13,8 @@ connection closed after the one response, the same JSON document on every path (
 leader's lists its replicas: 0.8 KiB with the headers) and the status code by path and role
 (200 on ``/primary`` for the leader, 503 for a replica). A ``hung`` member reads the
 request and never answers (what Patroni does for ~2 s while it shuts down); every other
-behaviour of the model (slow, drip, reset, huge, ...) plays here as well. The common answer,
-one write and a close, is written straight from the protocol's callback; the others are
-played by a task per connection.
+behaviour of the model (slow, drip, reset, huge, ...) plays here as well, over HTTPS too
+(:class:`TLSFiles`): each connection plays it with :mod:`testbed.fakes.patroni_async`.
 
 Bounded: the server process stops by itself after ``lifetime`` seconds or
 ``max_connections`` connections, whichever comes first, and a held connection is
@@ -29,26 +28,12 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
-import socket
-import struct
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from testbed.fakes.patroni_model import (
-    Behaviour,
-    Drip,
-    Hold,
-    Identity,
-    Kind,
-    Reply,
-    Send,
-    Stream,
-    Wait,
-    behaviour_of,
-    reply,
-    request_path,
-)
+from testbed.fakes.patroni_async import Answers, Connection, ServerState, TLSFiles
+from testbed.fakes.patroni_model import Behaviour, Identity, Kind, behaviour_of
 from testbed.fakes.patroni_wire import bind_shared_port
 
 #: The behaviours' names the benchmarks pass (a :class:`Behaviour` of the model works too).
@@ -59,129 +44,15 @@ BEHAVIOURS = (LEADER, REPLICA, HUNG)
 
 #: First loopback address of the benchmark members (tests use 127.0.0.10 and up).
 FIRST_HOST = 40
-MAX_REQUEST_BYTES = 16384
-SEND_CHUNK = 64 * 1024
 
 
-class _Answers:
-    """One member's replies by request path, made by the model once and then reused."""
-
-    def __init__(self, behaviour: Behaviour, identity: Identity) -> None:
-        self.behaviour, self.identity = behaviour, identity
-        self.by_path: dict[str, Reply] = {}
-
-    def to(self, request: bytes) -> Reply:
-        line = request.split(b"\r\n", 1)[0].decode("latin-1")
-        path = request_path(line)
-        answer = self.by_path.get(path)
-        if answer is None:
-            answer = self.by_path[path] = reply(self.behaviour, self.identity, line)
-        return answer
-
-
-class _Connection(asyncio.Protocol):
-    """One accepted connection: reads the request head, then plays the model's reply."""
-
-    def __init__(self, state: _State) -> None:
-        self.state = state
-        self.buffer = b""
-        self.transport: asyncio.Transport | None = None
-        self.writable = asyncio.Event()
-        self.writable.set()
-
-    def answers(self) -> _Answers:
-        raise NotImplementedError
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.state.connections += 1
-        if self.state.connections >= self.state.max_connections:
-            self.state.done.set()
-
-    def data_received(self, data: bytes) -> None:
-        transport = self.transport
-        if transport is None:
-            return
-        self.buffer += data
-        if b"\r\n\r\n" not in self.buffer and len(self.buffer) <= MAX_REQUEST_BYTES:
-            return
-        self.transport = None  # one request per connection: later bytes are ignored
-        answer = self.answers().to(self.buffer)
-        first = answer.steps[0]
-        if len(answer.steps) == 1 and isinstance(first, Send) and not answer.reset:
-            transport.write(first.data)  # the hot path: one write, then close
-            transport.close()
-            return
-        self.state.held.add(transport)
-        task = asyncio.get_running_loop().create_task(self._play(transport, answer))
-        self.state.tasks.add(task)
-        task.add_done_callback(self.state.tasks.discard)
-
-    async def _play(self, transport: asyncio.Transport, answer: Reply) -> None:
-        try:
-            async with asyncio.timeout(self.state.max_hold):
-                await self._steps(transport, answer)
-        except TimeoutError:
-            pass  # held (or streamed) too long: drop it
-        if answer.reset and not transport.is_closing():
-            sock = transport.get_extra_info("socket")
-            if sock is not None:  # SO_LINGER on, timeout 0: the close sends RST
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            transport.abort()
-        else:
-            transport.close()
-        self.state.held.discard(transport)
-
-    async def _steps(self, transport: asyncio.Transport, answer: Reply) -> None:
-        for step in answer.steps:
-            if transport.is_closing():
-                return
-            if isinstance(step, Send):
-                transport.write(step.data)
-            elif isinstance(step, Wait):
-                await asyncio.sleep(step.seconds)
-            elif isinstance(step, Drip):
-                for index in range(len(step.data)):
-                    await asyncio.sleep(step.interval)
-                    transport.write(step.data[index : index + 1])
-            elif isinstance(step, Stream):
-                for start in range(0, step.size, SEND_CHUNK):
-                    await self.writable.wait()
-                    transport.write(b"x" * min(SEND_CHUNK, step.size - start))
-            elif isinstance(step, Hold):
-                await asyncio.sleep(self.state.max_hold)
-        while answer.reset and transport.get_write_buffer_size() and not transport.is_closing():
-            await asyncio.sleep(0.005)  # the bytes before the reset go out first
-
-    def pause_writing(self) -> None:
-        self.writable.clear()
-
-    def resume_writing(self) -> None:
-        self.writable.set()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.writable.set()
-        self.transport = None
-
-
-class _Member(_Connection):
-    def __init__(self, answers: _Answers, state: _State) -> None:
+class _Member(Connection):
+    def __init__(self, answers: Answers, state: ServerState) -> None:
         super().__init__(state)
         self._answers = answers
 
-    def answers(self) -> _Answers:
+    def answers(self) -> Answers:
         return self._answers
-
-
-@dataclass
-class _State:
-    max_connections: int
-    max_hold: float
-    done: asyncio.Event
-    held: set[asyncio.Transport] = field(default_factory=set)
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    connections: int = 0
 
 
 def _serve(
@@ -192,21 +63,24 @@ def _serve(
     max_connections: int,
     max_hold: float,
     pipe: multiprocessing.connection.Connection,
+    tls: TLSFiles | None = None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us through the pipe
+    context = tls.server_context() if tls is not None else None
 
     async def main() -> int:
         loop = asyncio.get_running_loop()
-        state = _State(max_connections, max_hold, asyncio.Event())
+        state = ServerState(max_connections, max_hold, asyncio.Event())
         port, socks = bind_shared_port(hosts)
         servers = []
         for sock, name, behaviour in zip(socks, names, behaviours, strict=True):
-            answers = _Answers(behaviour_of(behaviour), Identity(name, 1, tuple(names)))
+            answers = Answers(behaviour_of(behaviour), Identity(name, 1, tuple(names)))
             sock.listen(1024)
             servers.append(
                 await loop.create_server(
-                    lambda answers=answers: _Member(answers, state),  # type: ignore[misc]
+                    lambda answers=answers: _Member(answers, state),
                     sock=sock,
+                    ssl=context,
                 )
             )
         loop.add_reader(pipe.fileno(), state.done.set)  # any message (or EOF): stop
@@ -275,11 +149,13 @@ def fake_members(
     lifetime: float = 900.0,
     max_connections: int = 5_000_000,
     max_hold: float = 30.0,
+    tls: TLSFiles | None = None,
 ) -> Iterator[FakeMembers]:
     """Serve one member per behaviour on 127.0.0.<first_host>, <first_host+1>, ...
 
     A behaviour is a :class:`testbed.fakes.patroni_model.Behaviour` or its kind's name
-    (:data:`LEADER`, :data:`REPLICA`, :data:`HUNG`, ...); a refused one cannot be served."""
+    (:data:`LEADER`, :data:`REPLICA`, :data:`HUNG`, ...); a refused one cannot be served.
+    ``tls``: serve HTTPS with these files (the process cannot be handed an SSLContext)."""
     assert all(behaviour_of(b).kind is not Kind.REFUSED for b in behaviours), behaviours
     hosts = [f"127.0.0.{first_host + i}" for i in range(len(behaviours))]
     names = list(names or [f"pg-orders-{i}" for i in range(len(behaviours))])
@@ -287,7 +163,7 @@ def fake_members(
     parent, child = context.Pipe()
     process = context.Process(
         target=_serve,
-        args=(hosts, names, list(behaviours), lifetime, max_connections, max_hold, child),
+        args=(hosts, names, list(behaviours), lifetime, max_connections, max_hold, child, tls),
         name="fake-patroni",
         daemon=True,
     )
@@ -322,7 +198,7 @@ def fleet_host(cluster: int, member: int) -> str:
     return f"127.{FLEET_OCTET + member}.{cluster // 250}.{cluster % 250 + 1}"
 
 
-class _FleetMember(_Connection):
+class _FleetMember(Connection):
     """One connection to member ``member`` of cluster ``cluster``: answers by the role it
     holds when the request arrives (the leader as the model's leader, everyone else as a
     replica), then closes."""
@@ -333,7 +209,7 @@ class _FleetMember(_Connection):
         self.cluster = cluster
         self.member = member
 
-    def answers(self) -> _Answers:
+    def answers(self) -> Answers:
         leader = self.fleet.leaders[self.cluster] == self.member
         names = self.cluster % len(self.fleet.answers)
         return self.fleet.answers[names][leader][self.member]
@@ -344,13 +220,13 @@ class _Fleet:
     leaders: list[int]
     #: Per set of member names (one for the whole fleet, or one per cluster when its
     #: members carry names of their own): leader or not, then per member.
-    answers: list[dict[bool, list[_Answers]]]
-    state: _State
+    answers: list[dict[bool, list[Answers]]]
+    state: ServerState
 
 
-def _answers(names: Sequence[str]) -> dict[bool, list[_Answers]]:
-    def member(name: str, behaviour: Behaviour) -> _Answers:
-        return _Answers(behaviour, Identity(name, 1, tuple(names)))
+def _answers(names: Sequence[str]) -> dict[bool, list[Answers]]:
+    def member(name: str, behaviour: Behaviour) -> Answers:
+        return Answers(behaviour, Identity(name, 1, tuple(names)))
 
     return {
         leader: [member(n, behaviour_of(LEADER if leader else REPLICA)) for n in names]
@@ -368,7 +244,7 @@ def _serve_fleet(
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     names = [f"pg-orders-{i}" for i in range(members)]
-    state = _State(max_connections=2**62, max_hold=30.0, done=asyncio.Event())
+    state = ServerState(max_connections=2**62, max_hold=30.0, done=asyncio.Event())
     fleet = _Fleet(
         leaders=[0] * clusters,
         answers=[_answers(n) for n in member_names] if member_names else [_answers(names)],
