@@ -28,7 +28,7 @@ from typing import Any
 from hooks.domain.members import MemberStatus
 from hooks.domain.model import ZONE_LABEL, ReplicaServiceSpec, field_default
 from hooks.domain.observed import PreviousMember
-from hooks.loaders.observed import load_previous_status
+from hooks.loaders.previous_status import load_previous_status
 
 LEADER_ROLES = ("primary", "master", "standby_leader")
 

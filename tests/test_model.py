@@ -27,7 +27,7 @@ from hooks.domain.model import (
     field_default,
 )
 from hooks.loaders.envelope import load_sync_request
-from hooks.loaders.observed import load_previous_status
+from hooks.loaders.previous_status import load_previous_status
 from hooks.loaders.schemas import load_spec
 from tests.helpers import sync_body
 

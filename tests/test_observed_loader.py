@@ -15,7 +15,8 @@ import pytest
 
 from hooks.domain.model import LAST_APPLIED_ANNOTATION
 from hooks.domain.observed import CronJobChild, PreviousMember, ServiceChild, SliceChild
-from hooks.loaders.observed import load_child, load_jobs, load_pod, load_previous_status
+from hooks.loaders.observed import load_child, load_jobs, load_pod
+from hooks.loaders.previous_status import load_previous_status
 
 
 def _applied(kind: str, api_version: str, name: str) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """The real :class:`PatroniProber` against loopback HTTPS members (no Patroni needed).
 
-Design notes: each member is a small threaded TLS server in this process (``TLSMember``)
-with a certificate made for the test (``testbed/certs.py``) that answers one GET with
-Patroni's leader document and closes, as Patroni does. What a real Patroni does with TLS
+Design notes: each member is the test bed's fake Patroni leader (``testbed/fakes/patroni.py``)
+serving HTTPS with a certificate made for the test (``testbed/certs.py``): it answers one GET
+with Patroni's leader document and closes, as Patroni does. What a real Patroni does with TLS
 (``verify_client: required``, serverName) is ``tests/test_patroni_tls.py``'s, under the
 cluster lock; this module covers what needs many members, IPv6, or files that change:
 descriptors after TLS rounds, a 64-member round within the deadline, an IP SAN that is not
@@ -11,14 +11,10 @@ the member's, a missing CA file, a rotated CA bundle, and the one SSLContext per
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
-import socket
-import socketserver
 import ssl
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,82 +28,25 @@ from hooks.probe.policy import ProbePolicy, parse_networks, parse_ports
 from hooks.probe.tls import PatroniTLS
 from hooks.shell.config import HookSettings
 from testbed.certs import Pair, TestCA
-from testbed.fakes.patroni_wire import patroni_body, read_request_head, response_head
+from testbed.fakes import patroni as fakes
+from testbed.fakes.patroni import FakeMember
 
 LEADER_REASON = "HTTP 200 on /primary: primary, running"
 UNTRUSTED = "TLS: certificate not signed by a trusted CA (PGFH_PATRONI_CA_FILE)"
 HANDSHAKE_ENDED = "TLS: the member ended the handshake (client certificate refused or missing?)"
-#: Upper bound on how long a test's server lives (a broken test must not hang the suite).
-MAX_LIFETIME = 60.0
 
 
-class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128  # a 64-member round connects all at once
-    block_on_close = False
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A refused handshake is what some tests want: not an error to print."""
-
-
-class TLSMember:
-    """An HTTPS member on ``host`` answering Patroni's leader document."""
-
-    def __init__(
-        self,
-        host: str,
-        pair: Pair,
-        *,
-        client_ca: Path | None = None,
-        name: str = "pg-0",
-    ) -> None:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(pair.cert, pair.key)
-        if client_ca is not None:
-            context.verify_mode = ssl.CERT_REQUIRED
-            context.load_verify_locations(client_ca)
-        body = json.dumps(patroni_body("primary", name=name)).encode()
-        answer = response_head(200) + body
-        self.handshakes = 0
-        lock = threading.Lock()
-        member = self
-
-        class Handler(socketserver.BaseRequestHandler):
-            def handle(self) -> None:
-                raw: socket.socket = self.request
-                raw.settimeout(2.0)
-                with context.wrap_socket(raw, server_side=True) as conn:
-                    with lock:
-                        member.handshakes += 1
-                    if read_request_head(conn) is not None:
-                        conn.sendall(answer)
-
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        server_class = type("Server", (_Server,), {"address_family": family})
-        self.server = server_class((host, 0), Handler)
-        self.host = host
-        self.port = self.server.server_address[1]
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        timer = threading.Timer(MAX_LIFETIME, self.server.shutdown)
-        timer.daemon = True
-        timer.start()
-        try:
-            self.server.serve_forever(poll_interval=0.05)
-        finally:
-            timer.cancel()
-
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"https://{host}:{self.port}/primary"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(5.0)
+def tls_leader(
+    host: str, pair: Pair, *, client_ca: Path | None = None, name: str = "pg-0"
+) -> FakeMember:
+    """A fake leader on ``host`` serving HTTPS with ``pair`` (and requiring a client
+    certificate signed by ``client_ca``, if given): the test bed's one Patroni fake."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pair.cert, pair.key)
+    if client_ca is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(client_ca)
+    return FakeMember(fakes.LEADER, host=host, name=name, tls=context)
 
 
 @pytest.fixture(scope="module")
@@ -121,11 +60,11 @@ def other_ca(tmp_path_factory: pytest.TempPathFactory) -> TestCA:
 
 
 @pytest.fixture
-def tls_member() -> Iterator[Callable[..., TLSMember]]:
-    started: list[TLSMember] = []
+def tls_member() -> Iterator[Callable[..., FakeMember]]:
+    started: list[FakeMember] = []
 
-    def make(host: str, pair: Pair, **kwargs: Any) -> TLSMember:
-        member = TLSMember(host, pair, **kwargs)
+    def make(host: str, pair: Pair, **kwargs: Any) -> FakeMember:
+        member = tls_leader(host, pair, **kwargs)
         started.append(member)
         return member
 
@@ -135,7 +74,7 @@ def tls_member() -> Iterator[Callable[..., TLSMember]]:
 
 
 def https_target(
-    member: TLSMember, pod: str = "pg-0", *, server_name: str | None = None
+    member: FakeMember, pod: str = "pg-0", *, server_name: str | None = None
 ) -> ProbeTarget:
     return ProbeTarget(pod, member.url(), 0.5, 1.0, server_name=server_name)
 
@@ -145,7 +84,7 @@ def open_descriptors() -> int:
 
 
 def test_tls_rounds_leave_no_descriptor_behind(
-    ca: TestCA, other_ca: TestCA, tls_member: Callable[..., TLSMember]
+    ca: TestCA, other_ca: TestCA, tls_member: Callable[..., FakeMember]
 ) -> None:
     good = tls_member("127.0.0.1", ca.issue("fd-good", ips=("127.0.0.1",)))
     foreign = tls_member("127.0.0.1", other_ca.issue("fd-foreign", ips=("127.0.0.1",)))
@@ -168,7 +107,7 @@ def test_tls_rounds_leave_no_descriptor_behind(
 
 
 def test_an_ipv6_member_is_probed_over_tls(
-    ca: TestCA, tls_member: Callable[..., TLSMember]
+    ca: TestCA, tls_member: Callable[..., FakeMember]
 ) -> None:
     member = tls_member("::1", ca.issue("v6", ips=("::1",)))
     prober = PatroniProber(deadline=1.0, tls=PatroniTLS(str(ca.cert_file)))
@@ -177,7 +116,7 @@ def test_an_ipv6_member_is_probed_over_tls(
 
 
 def test_a_certificate_for_another_ip_does_not_name_the_pod_ip(
-    ca: TestCA, tls_member: Callable[..., TLSMember]
+    ca: TestCA, tls_member: Callable[..., FakeMember]
 ) -> None:
     member = tls_member("127.0.0.1", ca.issue("wrong-ip", ips=("127.0.0.9",), dns=("pg-0",)))
     prober = PatroniProber(deadline=1.0, tls=PatroniTLS(str(ca.cert_file)))
@@ -194,7 +133,7 @@ def test_a_certificate_for_another_ip_does_not_name_the_pod_ip(
 
 
 def test_a_64_member_tls_round_ends_within_the_deadline_with_every_answer(
-    ca: TestCA, tls_member: Callable[..., TLSMember]
+    ca: TestCA, tls_member: Callable[..., FakeMember]
 ) -> None:
     member = tls_member("127.0.0.1", ca.issue("many", ips=("127.0.0.1",)))
     deadline = 2.0
@@ -210,7 +149,7 @@ def test_a_64_member_tls_round_ends_within_the_deadline_with_every_answer(
 
 
 def test_mutual_tls_with_the_client_certificate_and_without(
-    ca: TestCA, tls_member: Callable[..., TLSMember]
+    ca: TestCA, tls_member: Callable[..., FakeMember]
 ) -> None:
     member = tls_member("127.0.0.1", ca.issue("mtls", ips=("127.0.0.1",)), client_ca=ca.cert_file)
     hook = ca.issue("mtls-hook", client=True, server=False)
@@ -223,7 +162,7 @@ def test_mutual_tls_with_the_client_certificate_and_without(
 
 
 def test_one_context_per_set_of_files_until_a_file_changes(
-    ca: TestCA, other_ca: TestCA, tls_member: Callable[..., TLSMember], tmp_path: Path
+    ca: TestCA, other_ca: TestCA, tls_member: Callable[..., FakeMember], tmp_path: Path
 ) -> None:
     member = tls_member("127.0.0.1", ca.issue("rotated", ips=("127.0.0.1",)))
     bundle = tmp_path / "ca.crt"
@@ -245,7 +184,7 @@ def test_one_context_per_set_of_files_until_a_file_changes(
 
 def test_a_missing_ca_file_is_named_in_the_reason_and_logged_once(
     ca: TestCA,
-    tls_member: Callable[..., TLSMember],
+    tls_member: Callable[..., FakeMember],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -277,7 +216,7 @@ def test_tls_files_that_are_fine_are_not_logged(
 
 
 def test_a_ca_file_that_holds_no_certificate_is_named(
-    tmp_path: Path, ca: TestCA, tls_member: Callable[..., TLSMember]
+    tmp_path: Path, ca: TestCA, tls_member: Callable[..., FakeMember]
 ) -> None:
     member = tls_member("127.0.0.1", ca.issue("junk-ca", ips=("127.0.0.1",)))
     junk = tmp_path / "ca.crt"

@@ -153,6 +153,11 @@ def parse_time(value: str) -> datetime | None:
         return None
 
 
+def is_time(value: object) -> bool:
+    """Whether a free field holds such a time (a Job's end, a backup record's)."""
+    return isinstance(value, str) and parse_time(value) is not None
+
+
 @dataclass(frozen=True, slots=True)
 class JobEnd:
     """How a finished Job ended: ``Complete`` or ``Failed``, when, and why."""

@@ -1,7 +1,8 @@
 """The observed objects of a sync request, loaded once into :mod:`hooks.domain.observed` values.
 
 :func:`hooks.loaders.envelope.load_sync_request` hands every child group, the related Pods
-and Jobs, and the parent's status through here. Each object's ``metadata`` must be an
+and Jobs, and the parent's status through here (the status is read by
+:mod:`hooks.loaders.previous_status`). Each object's ``metadata`` must be an
 object whose ``name`` is the object's key in its group, with ``labels`` and ``annotations``
 maps of strings to strings (absent or ``null``: empty), as the API server always sends
 them: anything else is junk the hook cannot read, refused with an :class:`ObservedError`
@@ -30,27 +31,23 @@ from hooks.domain.model import (
     ROLE_ALIASES,
     SERVICE_KEY,
     STATUS_ANNOTATION,
-    Condition,
 )
 from hooks.domain.observed import (
     EMPTY,
     IP,
-    BackupRecord,
     Child,
     CronJobChild,
     Job,
     JobEnd,
     OwnerRef,
     Pod,
-    PreviousBackup,
-    PreviousCondition,
-    PreviousMember,
     PreviousStatus,
     ServiceChild,
     SliceChild,
-    parse_time,
+    is_time,
 )
 from hooks.loaders.jsonbody import JsonRefused, bounded_loads
+from hooks.loaders.previous_status import load_previous_status
 
 T = TypeVar("T", bound=Child)
 #: Patroni's member JSON in the ``status`` annotation is small; more is not Patroni's.
@@ -96,6 +93,11 @@ def _strings(metadata: Mapping[str, Any], field: str) -> Mapping[str, str]:
 
 def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else EMPTY
+
+
+def _integer(value: object) -> int | None:
+    """An integer, never a boolean (JSON's ``true`` is not a port)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 # ------------------------------------------------------------------ all at once
@@ -388,102 +390,10 @@ def _finished(job: Mapping[str, Any]) -> JobEnd | None:
         if kind not in ("Complete", "Failed"):
             continue
         when = status.get("completionTime") if kind == "Complete" else None
-        when = when if _is_time(when) else condition.get("lastTransitionTime")
-        if not _is_time(when):
+        when = when if is_time(when) else condition.get("lastTransitionTime")
+        if not is_time(when):
             continue
         reason = condition.get("reason")
         assert isinstance(when, str)
         return JobEnd(str(kind), when, reason if isinstance(reason, str) and reason else str(kind))
     return None
-
-
-def _is_time(value: object) -> bool:
-    return isinstance(value, str) and parse_time(value) is not None
-
-
-# -------------------------------------------------------------- previous status
-
-
-def load_previous_status(status: object) -> PreviousStatus:
-    """The parent's ``status`` (free input: whatever is not readable is left out)."""
-    if not isinstance(status, Mapping):
-        return PreviousStatus()
-    entries = status.get("conditions")
-    timeline = status.get("timeline")
-    conditions = tuple(
-        _previous_condition(c)
-        for c in (entries if isinstance(entries, list) else [])
-        if isinstance(c, Mapping) and isinstance(c.get("type"), str)
-    )
-    members = status.get("members")
-    return PreviousStatus(
-        conditions=conditions,
-        members=tuple(
-            _previous_member(m)
-            for m in (members if isinstance(members, list) else [])
-            if isinstance(m, Mapping) and isinstance(m.get("name"), str)
-        ),
-        by_type=MappingProxyType({c.type: c for c in conditions}),
-        ready=next((c for c in conditions if c.type == "Ready"), None),
-        timeline=_integer(timeline),
-        backup=_previous_backup(status.get("backup")),
-        raw=MappingProxyType(status),
-    )
-
-
-def _previous_condition(observed: Mapping[str, Any]) -> PreviousCondition:
-    type_ = observed["type"]
-    status = observed.get("status")
-    reason = observed.get("reason")
-    transition = observed.get("lastTransitionTime")
-    kept = None
-    if isinstance(status, str):
-        kept = Condition(
-            type_, status, str(observed.get("reason", "")), str(observed.get("message", ""))
-        )
-    return PreviousCondition(
-        type=type_,
-        status=status if isinstance(status, str) else None,
-        reason=reason if isinstance(reason, str) else None,
-        last_transition_time=transition if isinstance(transition, str) and transition else None,
-        condition=kept,
-    )
-
-
-def _previous_member(entry: Mapping[str, Any]) -> PreviousMember:
-    reachable = entry.get("reachable")
-    return PreviousMember(
-        name=entry["name"],
-        reachable=reachable if isinstance(reachable, bool) else None,
-        role=_text(entry.get("role")),
-        state=_text(entry.get("state")),
-        timeline=_integer(entry.get("timeline")),
-        reason=_text(entry.get("reason")),
-    )
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _integer(value: object) -> int | None:
-    """An integer, never a boolean (JSON's ``true`` is not a timeline)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _previous_backup(value: object) -> PreviousBackup:
-    old = _mapping(value)
-    cron_job = old.get("cronJob")
-    return PreviousBackup(
-        cron_job=cron_job if isinstance(cron_job, str) else None,
-        last_successful=_record(old.get("lastSuccessful"), "completionTime"),
-        last_failed=_record(old.get("lastFailed"), "failureTime"),
-    )
-
-
-def _record(value: object, time_key: str) -> BackupRecord | None:
-    if not isinstance(value, Mapping):
-        return None
-    if not isinstance(value.get("job"), str) or not _is_time(value.get(time_key)):
-        return None
-    return BackupRecord(MappingProxyType({k: v for k, v in value.items() if isinstance(v, str)}))

@@ -2,9 +2,10 @@
 
 Each :class:`FakeMember` listens on its own loopback address (Linux routes all of
 127.0.0.0/8 to ``lo``, no aliases needed) and answers like Patroni's REST API does:
-HTTP/1.0, no ``Content-Length``, one request per connection (the document, headers and
-sockets come from :mod:`testbed.fakes.patroni_wire`, shared with the benchmarks' fakes).
-Its :class:`Behaviour` can be switched while it runs, and it records every connection
+HTTP/1.0, no ``Content-Length``, one request per connection. What it answers, for each
+:class:`Behaviour` and path, is :mod:`testbed.fakes.patroni_model`'s (the benchmarks' fleet
+plays the same replies); this module only plays them on a socket, a thread per connection.
+The behaviour can be switched while it runs, and it records every connection
 (:class:`Exchange`), so a test can prove that a redirect target saw no request or that
 the prober stopped reading a huge body early.
 
@@ -19,116 +20,67 @@ closes every socket: the test suite turns a ``ResourceWarning`` into an error.
 
 from __future__ import annotations
 
-import enum
-import json
 import socket
+import ssl
 import struct
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
 
-from testbed.fakes.patroni_wire import bind, bind_shared_port, patroni_body, response_head
+from testbed.fakes.patroni_model import (
+    DRIP,
+    DRIP_INTERVAL,
+    GARBAGE,
+    HUGE_BODY,
+    HUNG,
+    LEADER,
+    MASTER_V3,
+    NOT_PATRONI,
+    PROMOTING,
+    REFUSED,
+    REPLICA,
+    RESET_MID_BODY,
+    STOPPING,
+    Behaviour,
+    Drip,
+    Hold,
+    Identity,
+    Kind,
+    Reply,
+    Send,
+    Stream,
+    Wait,
+    huge,
+    raw,
+    recorded,
+    redirect,
+    reply,
+    slow,
+)
+from testbed.fakes.patroni_wire import bind, bind_shared_port
+
+__all__ = [
+    "DRIP", "DRIP_INTERVAL", "GARBAGE", "HUGE_BODY", "HUNG", "LEADER", "MASTER_V3",
+    "NOT_PATRONI", "PROMOTING", "REFUSED", "REPLICA", "RESET_MID_BODY", "STOPPING",
+    "Behaviour", "Exchange", "FakeCluster", "FakeMember", "FullBacklog", "Kind", "fake_cluster",
+    "huge", "raw", "recorded", "redirect", "slow",
+]  # fmt: skip
 
 #: Upper bounds that keep a broken test from hanging the suite.
 MAX_LIFETIME = 60.0  # seconds a fake serves at most
 MAX_CONNECTIONS = 500  # connections a fake accepts at most
 MAX_HOLD = 20.0  # seconds a hung connection is held at most
-DRIP_INTERVAL = 0.3  # seconds between two bytes of a dripping body
-MAX_DRIP_BYTES = 100  # bytes a dripping body sends at most (30 s)
 REQUEST_TIMEOUT = 2.0  # seconds to wait for a request's head
 MAX_REQUEST_BYTES = 16 * 1024
 SEND_CHUNK = 16 * 1024
 #: Small server send buffer, so bytes "sent" are close to bytes the client took in.
 SEND_BUFFER = 32 * 1024
 
-HUGE_BODY = 50 * 1024 * 1024
-
 #: First address of a cluster's members; the next ones follow (127.0.0.11, ...).
 CLUSTER_BASE = "127.0.0."
 CLUSTER_FIRST_HOST = 10
-
-
-class Kind(enum.Enum):
-    """What a fake member does with a request."""
-
-    LEADER = "leader"  # 200, Patroni 4.1 JSON, role primary
-    REPLICA = "replica"  # 503, Patroni 4.1 JSON, role replica
-    REFUSED = "refused"  # nothing listening on the address/port
-    HUNG = "hung"  # reads the request, never answers until released
-    DRIP = "drip"  # 200 headers, then one body byte every DRIP_INTERVAL
-    RESET_MID_BODY = "reset_mid_body"  # headers + half a body, then RST (SO_LINGER 0)
-    GARBAGE = "garbage"  # 200 with a body that is not JSON
-    NOT_PATRONI = "not_patroni"  # 200 with JSON that is not Patroni's
-    REDIRECT = "redirect"  # 302 to ``Behaviour.location``
-    HUGE = "huge"  # 200 with a ``body_bytes`` body (with or without Content-Length)
-    PROMOTING = "promoting"  # 200, role replica: Patroni's first answer after promotion
-    STOPPING = "stopping"  # 200, state stopping: a leader that lost the DCS
-    MASTER_V3 = "master_v3"  # 200, role master: Patroni 3
-    RECORDED = "recorded"  # ``Behaviour.status`` with ``Behaviour.document`` as it is
-    RAW = "raw"  # ``Behaviour.answer`` byte for byte, whatever it is (HTTP or not)
-
-
-@dataclass(frozen=True, slots=True)
-class Behaviour:
-    """A :class:`Kind` and its knobs; ``delay`` makes any answering kind slow."""
-
-    kind: Kind
-    #: Seconds to wait after the request before answering.
-    delay: float = 0.0
-    #: REDIRECT: the ``Location`` header.
-    location: str = ""
-    #: HUGE (and REDIRECT, which has no body if 0): body size, and whether the answer
-    #: declares it in ``Content-Length``.
-    body_bytes: int = HUGE_BODY
-    content_length: bool = True
-    #: RECORDED: the status code and the JSON text to answer with.
-    status: int = 200
-    document: str = ""
-    #: RAW: the bytes sent, and whether the connection is then held open (as a keep-alive
-    #: server would) until released, instead of closed.
-    answer: bytes = b""
-    hold: bool = False
-
-
-LEADER = Behaviour(Kind.LEADER)
-REPLICA = Behaviour(Kind.REPLICA)
-REFUSED = Behaviour(Kind.REFUSED)
-HUNG = Behaviour(Kind.HUNG)
-DRIP = Behaviour(Kind.DRIP)
-RESET_MID_BODY = Behaviour(Kind.RESET_MID_BODY)
-GARBAGE = Behaviour(Kind.GARBAGE)
-NOT_PATRONI = Behaviour(Kind.NOT_PATRONI)
-PROMOTING = Behaviour(Kind.PROMOTING)
-STOPPING = Behaviour(Kind.STOPPING)
-MASTER_V3 = Behaviour(Kind.MASTER_V3)
-
-
-def recorded(status: int, document: str) -> Behaviour:
-    """Answer ``status`` with the JSON text ``document`` (a recorded Patroni answer)."""
-    return Behaviour(Kind.RECORDED, status=status, document=document)
-
-
-def raw(answer: bytes, *, hold: bool = False) -> Behaviour:
-    """Send ``answer`` as it is; close then, or hold the connection if ``hold``."""
-    return Behaviour(Kind.RAW, answer=answer, hold=hold)
-
-
-def slow(seconds: float, answer: Behaviour = LEADER) -> Behaviour:
-    """``answer``, after ``seconds``."""
-    return replace(answer, delay=seconds)
-
-
-def redirect(location: str, body_bytes: int = 0) -> Behaviour:
-    """A 302 to ``location`` (which a prober must not follow), with a body if asked."""
-    return Behaviour(Kind.REDIRECT, location=location, body_bytes=body_bytes)
-
-
-def huge(size: int = HUGE_BODY, *, content_length: bool) -> Behaviour:
-    """A 200 whose body is ``size`` bytes long."""
-    return Behaviour(Kind.HUGE, body_bytes=size, content_length=content_length)
 
 
 @dataclass
@@ -140,6 +92,8 @@ class Exchange:
     bytes_sent: int = 0
     #: How it ended: "answered", "client closed", "reset sent", "released", ...
     outcome: str = ""
+    #: A TLS member: whether the handshake completed.
+    handshake: bool = False
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -148,6 +102,9 @@ class FakeMember:
 
     :param sock: an already bound (not yet listening) socket to serve on; without
         one, the fake binds ``host`` on an ephemeral port.
+    :param tls: serve HTTPS with this server context (its certificate, and whether it
+        requires a client certificate): the wrong certificate, CA or client certificate
+        is a failure mode like any other.
     """
 
     def __init__(
@@ -158,9 +115,11 @@ class FakeMember:
         name: str = "pg-0",
         timeline: int = 1,
         sock: socket.socket | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.name = name
         self.timeline = timeline
+        self.tls = tls
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._release = threading.Event()
@@ -199,7 +158,8 @@ class FakeMember:
 
     def url(self, path: str = "/primary") -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}{path}"
+        scheme = "http" if self.tls is None else "https"
+        return f"{scheme}://{host}:{self.port}{path}"
 
     def release(self) -> None:
         """Let the connections held so far go (they close without an answer).
@@ -219,6 +179,11 @@ class FakeMember:
     def connections(self) -> int:
         """Connections accepted so far."""
         return len(self.exchanges)
+
+    @property
+    def handshakes(self) -> int:
+        """TLS handshakes completed so far."""
+        return sum(e.handshake for e in self.exchanges)
 
     @property
     def requests(self) -> list[str]:
@@ -310,6 +275,17 @@ class FakeMember:
         try:
             conn.settimeout(REQUEST_TIMEOUT)
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+            if self.tls is not None:
+                raw = conn
+                try:
+                    conn = self.tls.wrap_socket(raw, server_side=True)
+                except OSError as error:  # ssl.SSLError included
+                    exchange.outcome = f"handshake failed ({type(error).__name__})"
+                    return
+                with self._lock:  # close() must shut the TLS socket down now
+                    self._connections.discard(raw)
+                    self._connections.add(conn)
+                exchange.handshake = True
             exchange.request_line = _read_request_line(conn)
             if exchange.request_line is None:
                 exchange.outcome = "no request"
@@ -329,46 +305,31 @@ class FakeMember:
             exchange.done.set()
 
     def _answer(self, conn: socket.socket, exchange: Exchange, behaviour: Behaviour) -> bool:
-        """Send the answer; True if the connection must end with a reset."""
-        kind = behaviour.kind
-        if kind is Kind.HUNG:
-            self._hold(exchange)
-            return False
-        if kind is Kind.RAW:
-            self._send(conn, exchange, behaviour.answer)
-            exchange.outcome = "answered"
-            if behaviour.hold:
+        """Play the model's reply; True if the connection must end with a reset."""
+        assert exchange.request_line is not None
+        identity = Identity(self.name, self.timeline)
+        answer: Reply = reply(behaviour, identity, exchange.request_line)
+        for step in answer.steps:
+            if isinstance(step, Send):
+                self._send(conn, exchange, step.data)
+            elif isinstance(step, Wait):
+                if self._stop.wait(step.seconds):
+                    exchange.outcome = "stopped"
+                    return False
+            elif isinstance(step, Drip):
+                for index in range(len(step.data)):
+                    if self._stop.wait(step.interval):
+                        break
+                    self._send(conn, exchange, step.data[index : index + 1])
+            elif isinstance(step, Stream):
+                if not self._stream(conn, exchange, step.size):
+                    exchange.outcome = "stopped"
+                    return False
+            elif isinstance(step, Hold):
                 self._hold(exchange)
-            return False
-        if behaviour.delay and self._stop.wait(behaviour.delay):
-            exchange.outcome = "stopped"
-            return False
-        if kind is Kind.DRIP:
-            body = json.dumps(self._document("primary")).encode()
-            self._send(conn, exchange, response_head(200))
-            for index in range(min(len(body), MAX_DRIP_BYTES)):
-                if self._stop.wait(DRIP_INTERVAL):
-                    break
-                self._send(conn, exchange, body[index : index + 1])
-            exchange.outcome = "dripped"
-            return False
-        if kind is Kind.RESET_MID_BODY:
-            body = json.dumps(self._document("primary")).encode()
-            self._send(conn, exchange, response_head(200) + body[: len(body) // 2])
-            exchange.outcome = "reset sent"
-            return True
-        if kind is Kind.HUGE:
-            self._send_huge(conn, exchange, behaviour, response_head(200, _length(behaviour)))
-            return False
-        if kind is Kind.REDIRECT and behaviour.body_bytes:
-            extra = [("Location", behaviour.location), *_length(behaviour)]
-            self._send_huge(conn, exchange, behaviour, response_head(302, extra))
-            return False
-        status, payload = self._payload(behaviour)
-        extra = [("Location", behaviour.location)] if kind is Kind.REDIRECT else []
-        self._send(conn, exchange, response_head(status, extra) + payload)
-        exchange.outcome = "answered"
-        return False
+                return False
+        exchange.outcome = answer.outcome
+        return answer.reset
 
     def _hold(self, exchange: Exchange) -> None:
         """Keep the connection until released, closed, or held too long."""
@@ -381,39 +342,10 @@ class FakeMember:
                 return
         exchange.outcome = "released"
 
-    def _payload(self, behaviour: Behaviour) -> tuple[int, bytes]:
-        kind = behaviour.kind
-        if kind is Kind.LEADER:
-            return 200, _json(self._document("primary"))
-        if kind is Kind.REPLICA:
-            return 503, _json(self._document("replica"))
-        if kind is Kind.PROMOTING:
-            return 200, _json(self._document("replica"))
-        if kind is Kind.STOPPING:
-            return 200, _json(self._document("primary", state="stopping"))
-        if kind is Kind.MASTER_V3:
-            document = self._document("master")
-            document["patroni"]["version"] = "3.3.2"
-            return 200, _json(document)
-        if kind is Kind.GARBAGE:
-            return 200, b"<html><body>502 Bad Gateway</body></html>\n"
-        if kind is Kind.NOT_PATRONI:
-            return 200, _json({"hello": 1})
-        if kind is Kind.REDIRECT:
-            return 302, b""
-        if kind is Kind.RECORDED:
-            return behaviour.status, behaviour.document.encode()
-        raise AssertionError(f"{kind} has no plain payload")
-
-    def _document(self, role: str, state: str = "running") -> dict[str, Any]:
-        return patroni_body(role, state=state, timeline=self.timeline, name=self.name)
-
-    def _send_huge(
-        self, conn: socket.socket, exchange: Exchange, behaviour: Behaviour, head: bytes
-    ) -> None:
-        self._send(conn, exchange, head)
+    def _stream(self, conn: socket.socket, exchange: Exchange, size: int) -> bool:
+        """Send ``size`` filler bytes (bounded in time); True if all went."""
         chunk = b"x" * SEND_CHUNK
-        remaining = behaviour.body_bytes
+        remaining = size
         ends_at = time.monotonic() + MAX_HOLD
         while remaining > 0 and not self._stop.is_set() and time.monotonic() < ends_at:
             try:
@@ -422,7 +354,7 @@ class FakeMember:
                 continue  # the client is not reading; it will close, or the bound ends us
             remaining -= sent
             exchange.bytes_sent += sent
-        exchange.outcome = "answered" if remaining == 0 else "stopped"
+        return remaining == 0
 
     @staticmethod
     def _send(conn: socket.socket, exchange: Exchange, data: bytes) -> None:
@@ -524,11 +456,3 @@ def _read_request_line(conn: socket.socket) -> str | None:
     if not data:
         return None
     return data.split(b"\r\n", 1)[0].decode("latin-1")
-
-
-def _length(behaviour: Behaviour) -> list[tuple[str, str]]:
-    return [("Content-Length", str(behaviour.body_bytes))] if behaviour.content_length else []
-
-
-def _json(document: object) -> bytes:
-    return json.dumps(document).encode()

@@ -6,13 +6,15 @@ a second, and their CPU must not be confused with the hook's or the load generat
 this module serves members from a separate process with one asyncio event loop and a
 bare :class:`asyncio.Protocol` per connection.
 
-Each member answers like Patroni 4.1's REST API (``docs/rest_api.rst``, ``api.py``):
-HTTP/1.0, no ``Content-Length``, the connection closed after the one response, the
-same JSON document on every health path (the leader's lists its replicas: 0.8 KiB with
-the headers), 200 on ``/primary`` for the leader and 503 for a replica. A ``hung``
-member reads the request and never answers (what Patroni does for ~2 s while it shuts
-down). The document, the headers and the shared-port binding are the tests' own
-(:mod:`testbed.fakes.patroni_wire`), so a benchmark probes exactly what the correctness tests do.
+What a member answers is :mod:`testbed.fakes.patroni_model`'s, the model the tests' fakes
+play too, so a benchmark probes exactly what the correctness tests do: like Patroni 4.1's
+REST API (``docs/rest_api.rst``, ``api.py``), HTTP/1.0, no ``Content-Length``, the
+connection closed after the one response, the same JSON document on every path (the
+leader's lists its replicas: 0.8 KiB with the headers) and the status code by path and role
+(200 on ``/primary`` for the leader, 503 for a replica). A ``hung`` member reads the
+request and never answers (what Patroni does for ~2 s while it shuts down); every other
+behaviour of the model (slow, drip, reset, huge, ...) plays here as well, over HTTPS too
+(:class:`TLSFiles`): each connection plays it with :mod:`testbed.fakes.patroni_async`.
 
 Bounded: the server process stops by itself after ``lifetime`` seconds or
 ``max_connections`` connections, whichever comes first, and a held connection is
@@ -30,84 +32,55 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
-from testbed.fakes.patroni_wire import bind_shared_port, patroni_body, response
+from testbed.fakes.patroni_async import Answers, Connection, ServerState, TLSFiles
+from testbed.fakes.patroni_model import Behaviour, Identity, Kind, behaviour_of
+from testbed.fakes.patroni_wire import bind_shared_port
 
-LEADER = "leader"
-REPLICA = "replica"
-HUNG = "hung"
+#: The behaviours' names the benchmarks pass (a :class:`Behaviour` of the model works too).
+LEADER = Kind.LEADER.value
+REPLICA = Kind.REPLICA.value
+HUNG = Kind.HUNG.value
 BEHAVIOURS = (LEADER, REPLICA, HUNG)
 
 #: First loopback address of the benchmark members (tests use 127.0.0.10 and up).
 FIRST_HOST = 40
 
 
-class _Member(asyncio.Protocol):
-    def __init__(self, answer: bytes | None, state: _State) -> None:
-        self.answer = answer  # None: hung
-        self.state = state
-        self.buffer = b""
-        self.transport: asyncio.Transport | None = None
+class _Member(Connection):
+    def __init__(self, answers: Answers, state: ServerState) -> None:
+        super().__init__(state)
+        self._answers = answers
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.state.connections += 1
-        if self.answer is None:
-            self.state.held.add(transport)
-            asyncio.get_running_loop().call_later(self.state.max_hold, transport.close)
-        if self.state.connections >= self.state.max_connections:
-            self.state.done.set()
-
-    def data_received(self, data: bytes) -> None:
-        if self.transport is None or self.answer is None:
-            return
-        self.buffer += data
-        if b"\r\n\r\n" in self.buffer or len(self.buffer) > 16384:
-            self.transport.write(self.answer)
-            self.transport.close()
-            self.transport = None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.transport is not None:
-            self.state.held.discard(self.transport)
-
-
-@dataclass
-class _State:
-    max_connections: int
-    max_hold: float
-    done: asyncio.Event
-    held: set[asyncio.Transport]
-    connections: int = 0
+    def answers(self) -> Answers:
+        return self._answers
 
 
 def _serve(
     hosts: Sequence[str],
     names: Sequence[str],
-    behaviours: Sequence[str],
+    behaviours: Sequence[Behaviour | str],
     lifetime: float,
     max_connections: int,
     max_hold: float,
     pipe: multiprocessing.connection.Connection,
+    tls: TLSFiles | None = None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us through the pipe
+    context = tls.server_context() if tls is not None else None
 
     async def main() -> int:
         loop = asyncio.get_running_loop()
-        state = _State(max_connections, max_hold, asyncio.Event(), set())
+        state = ServerState(max_connections, max_hold, asyncio.Event())
         port, socks = bind_shared_port(hosts)
         servers = []
         for sock, name, behaviour in zip(socks, names, behaviours, strict=True):
-            answer: bytes | None = None
-            if behaviour == LEADER:
-                answer = response(200, patroni_body("primary", name=name, members=names))
-            elif behaviour == REPLICA:
-                answer = response(503, patroni_body("replica", name=name, members=names))
+            answers = Answers(behaviour_of(behaviour), Identity(name, 1, tuple(names)))
             sock.listen(1024)
             servers.append(
                 await loop.create_server(
-                    lambda answer=answer: _Member(answer, state),  # type: ignore[misc]
+                    lambda answers=answers: _Member(answers, state),
                     sock=sock,
+                    ssl=context,
                 )
             )
         loop.add_reader(pipe.fileno(), state.done.set)  # any message (or EOF): stop
@@ -118,6 +91,8 @@ def _serve(
             server.close()
         for transport in list(state.held):
             transport.close()
+        for task in list(state.tasks):
+            task.cancel()
         return state.connections
 
     connections = asyncio.run(main())
@@ -167,23 +142,28 @@ class FakeMembers(_ServingProcess):
 
 @contextmanager
 def fake_members(
-    behaviours: Sequence[str],
+    behaviours: Sequence[Behaviour | str],
     *,
     names: Sequence[str] | None = None,
     first_host: int = FIRST_HOST,
     lifetime: float = 900.0,
     max_connections: int = 5_000_000,
     max_hold: float = 30.0,
+    tls: TLSFiles | None = None,
 ) -> Iterator[FakeMembers]:
-    """Serve one member per behaviour on 127.0.0.<first_host>, <first_host+1>, ..."""
-    assert all(b in BEHAVIOURS for b in behaviours), behaviours
+    """Serve one member per behaviour on 127.0.0.<first_host>, <first_host+1>, ...
+
+    A behaviour is a :class:`testbed.fakes.patroni_model.Behaviour` or its kind's name
+    (:data:`LEADER`, :data:`REPLICA`, :data:`HUNG`, ...); a refused one cannot be served.
+    ``tls``: serve HTTPS with these files (the process cannot be handed an SSLContext)."""
+    assert all(behaviour_of(b).kind is not Kind.REFUSED for b in behaviours), behaviours
     hosts = [f"127.0.0.{first_host + i}" for i in range(len(behaviours))]
     names = list(names or [f"pg-orders-{i}" for i in range(len(behaviours))])
     context = multiprocessing.get_context("spawn")  # no inherited threads or sockets
     parent, child = context.Pipe()
     process = context.Process(
         target=_serve,
-        args=(hosts, names, list(behaviours), lifetime, max_connections, max_hold, child),
+        args=(hosts, names, list(behaviours), lifetime, max_connections, max_hold, child, tls),
         name="fake-patroni",
         daemon=True,
     )
@@ -218,47 +198,39 @@ def fleet_host(cluster: int, member: int) -> str:
     return f"127.{FLEET_OCTET + member}.{cluster // 250}.{cluster % 250 + 1}"
 
 
-class _FleetMember(asyncio.Protocol):
+class _FleetMember(Connection):
     """One connection to member ``member`` of cluster ``cluster``: answers by the role it
-    holds when the request arrives (the leader 200, everyone else 503), then closes."""
+    holds when the request arrives (the leader as the model's leader, everyone else as a
+    replica), then closes."""
 
     def __init__(self, fleet: _Fleet, cluster: int, member: int) -> None:
+        super().__init__(fleet.state)
         self.fleet = fleet
         self.cluster = cluster
         self.member = member
-        self.buffer = b""
-        self.transport: asyncio.Transport | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.fleet.connections += 1
-
-    def data_received(self, data: bytes) -> None:
-        if self.transport is None:
-            return
-        self.buffer += data
-        if b"\r\n\r\n" in self.buffer or len(self.buffer) > 16384:
-            leader = self.fleet.leaders[self.cluster] == self.member
-            answers = self.fleet.cluster_answers or [self.fleet.answers]
-            self.transport.write(answers[self.cluster % len(answers)][leader][self.member])
-            self.transport.close()
-            self.transport = None
+    def answers(self) -> Answers:
+        leader = self.fleet.leaders[self.cluster] == self.member
+        names = self.cluster % len(self.fleet.answers)
+        return self.fleet.answers[names][leader][self.member]
 
 
 @dataclass
 class _Fleet:
     leaders: list[int]
-    answers: dict[bool, list[bytes]]
-    connections: int = 0
-    #: Per cluster, when its members carry names of their own (``member_names``).
-    cluster_answers: list[dict[bool, list[bytes]]] | None = None
+    #: Per set of member names (one for the whole fleet, or one per cluster when its
+    #: members carry names of their own): leader or not, then per member.
+    answers: list[dict[bool, list[Answers]]]
+    state: ServerState
 
 
-def _answers(names: Sequence[str]) -> dict[bool, list[bytes]]:
+def _answers(names: Sequence[str]) -> dict[bool, list[Answers]]:
+    def member(name: str, behaviour: Behaviour) -> Answers:
+        return Answers(behaviour, Identity(name, 1, tuple(names)))
+
     return {
-        True: [response(200, patroni_body("primary", name=n, members=names)) for n in names],
-        False: [response(503, patroni_body("replica", name=n, members=names)) for n in names],
+        leader: [member(n, behaviour_of(LEADER if leader else REPLICA)) for n in names]
+        for leader in (True, False)
     }
 
 
@@ -272,15 +244,16 @@ def _serve_fleet(
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     names = [f"pg-orders-{i}" for i in range(members)]
+    state = ServerState(max_connections=2**62, max_hold=30.0, done=asyncio.Event())
     fleet = _Fleet(
         leaders=[0] * clusters,
-        answers=_answers(names),
-        cluster_answers=[_answers(n) for n in member_names] if member_names else None,
+        answers=[_answers(n) for n in member_names] if member_names else [_answers(names)],
+        state=state,
     )
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        done = asyncio.Event()
+        done = state.done = asyncio.Event()
         ports = []
         servers = []
         for c in range(clusters):
@@ -318,7 +291,7 @@ def _serve_fleet(
 
     asyncio.run(main())
     with suppress(OSError):
-        pipe.send(("stopped", fleet.connections, os.times()))
+        pipe.send(("stopped", state.connections, os.times()))
 
 
 @dataclass
