@@ -8,7 +8,7 @@ for it (``pkg/controller/composite/controller.go`` ``syncParentObject``), with a
 kubeconfig (the admin's, or the ``metacontroller`` ServiceAccount's):
 
 * lists and watches the parents, every declared child type and every related type
-  (:class:`testbed.metacontroller.reflector.Reflector`: bounded watches, a re-list on 410);
+  (:class:`testbed.kubernetes.watch.Reflector`: client-go's list-and-watch and its backoff);
 * calls ``/customize`` once per parent and generation (cached 20 minutes, as
   ``newResponseCache``) to learn the related resources;
 * for each queued parent: adds the finalizer ``metacontroller.io/compositecontroller-<name>``
@@ -38,7 +38,7 @@ kubeconfig (the admin's, or the ``metacontroller`` ServiceAccount's):
   shorter than the cache flush (:func:`resync_periods`).
 
 Where it differs from Metacontroller (beyond :mod:`testbed.metacontroller.kube_apply` and
-:mod:`testbed.metacontroller.reflector`): hook ``version: v1`` only; webhook ``url`` only (no
+:mod:`testbed.kubernetes.watch`): hook ``version: v1`` only; webhook ``url`` only (no
 ``service`` +
 ``path``), no ``etag``, mTLS or basic auth (the bearer token of a matching
 ``endpointConfigs`` entry is read from its Secret, as 4.16+ does); ``responseUnMarshallMode``
@@ -92,6 +92,7 @@ from urllib.parse import urlsplit
 import requests
 
 from testbed.kubernetes.rest import KubeApiError, KubeRest, resource_path
+from testbed.kubernetes.watch import Reflector, object_key
 from testbed.metacontroller.apply import HookError, check_reply
 from testbed.metacontroller.dynamic_apply import controller_ref, group_key
 from testbed.metacontroller.kube_apply import (
@@ -103,7 +104,6 @@ from testbed.metacontroller.kube_apply import (
     should_manage,
     write_status,
 )
-from testbed.metacontroller.reflector import Reflector, object_key
 from testbed.metacontroller.selectors import matches
 from testbed.metacontroller.workqueue import WorkQueue
 
@@ -287,7 +287,7 @@ class KubeMetacontroller:
         if self.parents is not None:
             reflectors.append(self.parents)
         for reflector in reflectors:
-            reflector._stop.set()
+            reflector.signal_stop()
         for thread in self._threads:
             thread.join(timeout=15)
         for reflector in reflectors:

@@ -27,6 +27,7 @@ from typing import Any
 from testbed.kubernetes.kubelet import POD_IP_ANNOTATION, KubeletStandIn
 from testbed.kubernetes.podnet import pod_ip
 from testbed.kubernetes.rest import KubeApiError, KubeRest, resource_path
+from testbed.kubernetes.watch import Reflector
 from testbed.metacontroller.harness import CLUSTER, PRIMARY_SELECTOR, SERVICE
 from testbed.metacontroller.kube import KubeMetacontroller, KubeSyncRecord
 from testbed.metacontroller.kube_setup import install
@@ -37,7 +38,6 @@ from testbed.metacontroller.metacontroller_binary import (
     binary_from_env,
 )
 from testbed.metacontroller.metacontroller_replica import BinaryReplica, StandinReplica
-from testbed.metacontroller.reflector import Reflector
 from testbed.metacontroller.supervisor import Container, Supervisor
 from testbed.patroni import PatroniCluster
 
