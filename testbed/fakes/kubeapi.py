@@ -191,6 +191,7 @@ class FakeKubeAPI:
                     timeout = float(query.get("timeoutSeconds", ["30"])[0])
                     self._stream(scripted, timeout)
                     return
+                body: dict[str, Any] | str
                 if watch:
                     code, body = scripted.status, dict(scripted.body or {})
                 elif api.list_answers:
