@@ -91,7 +91,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from testbed.kubernetes.rest import KubeApiError, KubeRest, resource_path
+from testbed.kubernetes.rest import KubeApiError, KubeRest, group_version_path, resource_path
 from testbed.kubernetes.watch import Reflector, object_key
 from testbed.metacontroller.apply import HookError, check_reply
 from testbed.metacontroller.dynamic_apply import controller_ref, group_key
@@ -306,8 +306,7 @@ class KubeMetacontroller:
         known = self._kinds.get((api_version, resource))
         if known is not None:
             return known
-        prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-        for entry in self.rest.get(prefix).get("resources") or []:
+        for entry in self.rest.get(group_version_path(api_version)).get("resources") or []:
             if entry.get("name") == resource:
                 self._kinds[(api_version, resource)] = str(entry["kind"])
                 return str(entry["kind"])
@@ -749,8 +748,7 @@ class KubeMetacontroller:
         self, obj: dict[str, Any], parent: Mapping[str, Any], done: Managed
     ) -> None:
         api_version, kind = str(obj.get("apiVersion")), str(obj.get("kind"))
-        prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-        for entry in self.rest.get(prefix).get("resources") or []:
+        for entry in self.rest.get(group_version_path(api_version)).get("resources") or []:
             if entry.get("kind") == kind and "/" not in str(entry.get("name")):
                 child_type = ChildType(
                     group_key(api_version, kind), api_version, entry["name"], kind
