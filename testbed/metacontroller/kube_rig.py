@@ -29,7 +29,8 @@ from testbed.kubernetes.podnet import pod_ip
 from testbed.kubernetes.rest import KubeApiError, KubeRest, resource_path
 from testbed.kubernetes.watch import Reflector
 from testbed.metacontroller.harness import CLUSTER, PRIMARY_SELECTOR, SERVICE
-from testbed.metacontroller.kube import KubeMetacontroller, KubeSyncRecord
+from testbed.metacontroller.kube import KubeMetacontroller
+from testbed.metacontroller.kube_records import KubeSyncRecord
 from testbed.metacontroller.kube_setup import install
 from testbed.metacontroller.loop import POD_NAME_LABEL
 from testbed.metacontroller.metacontroller_binary import (
