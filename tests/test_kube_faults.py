@@ -43,8 +43,8 @@ and the promotion:
   which ``Add``s the parent past the rate limiter: the rig sets ``RESYNC_PERIOD`` = 15 s,
   so ``AFTER_FAILURES`` = 15 s + one probe round + the hop = 18 s;
 * (a) ``AFTER_FAILURES`` + the reconnect of the watches after the API server is back: the
-  stand-in's reflectors retry within ``RECONNECT_CAP`` = 2 s, kube-controller-manager's
-  (client-go: 0.8 s doubling, jitter up to ×2, cap 30 s) within ``2·D + 1.6`` s of a
+  stand-in's reflectors (:mod:`testbed.kubernetes.watch`) and kube-controller-manager's
+  (client-go: 0.8 s doubling, jitter up to ×2, cap 30 s) retry within ``2·D + 1.6`` s of a
   downtime of ``D`` s (the interval in which the server came back is at most that long),
   ``D`` counted from the SIGTERM (the server stops listening at once, then lingers: it
   had not exited after 15 s, when it is killed) to ``/readyz``;
@@ -89,7 +89,6 @@ from testbed.kubernetes.rest import KubeRest, resource_path
 from testbed.metacontroller.harness import CLUSTER, SERVICE
 from testbed.metacontroller.kube_rig import HOOK_ENV, KubeRig, member_pod
 from testbed.metacontroller.leader_election import LEASE_NAME
-from testbed.metacontroller.reflector import RECONNECT_CAP
 from testbed.metacontroller.supervisor import Supervisor
 from testbed.patroni import LeaderElection, PatroniCluster
 from testbed.patroni.layout import API_PORT, PG_PORT
@@ -153,7 +152,7 @@ NEW_LOOPBACK = "127.0.0.62"
 
 
 def _after_apiserver_back(downtime: float) -> float:
-    return AFTER_FAILURES + max(RECONNECT_CAP, min(2 * downtime + 1.6, CLIENT_GO_BACKOFF_CAP))
+    return AFTER_FAILURES + min(2 * downtime + 1.6, CLIENT_GO_BACKOFF_CAP)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,9 @@ from testbed.metacontroller.dynamic_apply import (
     for_create,
     merge,
 )
-from testbed.metacontroller.kube import parse_duration, resync_periods, retry_after
+from testbed.metacontroller.kube import resync_periods
+from testbed.metacontroller.kube_claim import rule_matches
+from testbed.metacontroller.kube_hooks import parse_duration, retry_after
 from testbed.metacontroller.kube_setup import local_controller
 from testbed.metacontroller.metacontroller_binary import command_args
 from testbed.metacontroller.selectors import matches
@@ -169,16 +171,14 @@ def test_the_real_binary_gets_the_values_flags_with_loopback_ports(tmp_path: Pat
 def test_a_related_rule_by_names_matches_that_name_in_the_parents_namespace_only() -> None:
     """``matchesRelatedRule``'s ``selectByNamespaceAndNames`` for a v1 hook and a namespaced
     parent (customize/manager.go): the name must be listed, the namespace the parent's."""
-    from testbed.metacontroller.kube import KubeMetacontroller
-
     rule = {"apiVersion": "v1", "resource": "services", "names": ["pg"], "namespace": "db"}
 
     def service(namespace: str, name: str) -> dict[str, object]:
         return {"metadata": {"namespace": namespace, "name": name, "labels": {}}}
 
-    assert KubeMetacontroller._rule_matches(rule, PARENT, service("db", "pg"))
-    assert not KubeMetacontroller._rule_matches(rule, PARENT, service("other", "pg"))
-    assert not KubeMetacontroller._rule_matches(rule, PARENT, service("db", "pg2"))
+    assert rule_matches(rule, PARENT, service("db", "pg"))
+    assert not rule_matches(rule, PARENT, service("other", "pg"))
+    assert not rule_matches(rule, PARENT, service("db", "pg2"))
 
 
 def test_resync_periods_are_metacontrollers() -> None:

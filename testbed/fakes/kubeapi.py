@@ -18,14 +18,26 @@ exceptions. It answers the way kube-apiserver does, for what the plugin reads:
   cannot list resource "pods" in API group "" in the namespace "databases"``); a pod proxy
   to a port nothing listens on is a 503 ``error trying to reach service``.
 
-Everything stays on 127.0.0.1 with an ephemeral port; the server thread is a daemon, and
-:meth:`FakeKubeAPI.close` stops it and closes the socket.
+For a list-and-watch client (:mod:`testbed.kubernetes.watch`), a collection with ``watch=1``
+answers with what the test scripted in :attr:`FakeKubeAPI.watches`, one
+:class:`WatchAnswer` per watch request in order: a refusal (a non-200 ``Status``, e.g. the
+429 of a watch cache still initializing), or a stream of events (an ``ERROR`` event carries a
+``Status``, e.g. the 410 ``Expired`` of "too old resource version") that then ends or is held
+open until ``timeoutSeconds`` or :meth:`FakeKubeAPI.close`. With no answer left, a watch is
+held open, as on an idle server. :attr:`FakeKubeAPI.list_answers` scripts refusals of lists
+likewise. A server closed and started again on the same ``port`` plays an API server
+restart (connections refused in between).
+
+Everything stays on 127.0.0.1 with an ephemeral port (or the ``port`` asked for); the server
+thread is a daemon, and :meth:`FakeKubeAPI.close` stops it and closes the socket.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import socket
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -73,6 +85,23 @@ COMPOSITECONTROLLERS = Resource(
 )
 
 
+@dataclass(frozen=True)
+class WatchAnswer:
+    """One watch request's answer: ``status`` other than 200 refuses it with ``body`` (a
+    ``Status``); else ``events`` are streamed, then the stream ends (``hold=False``) or is
+    held open until the request's ``timeoutSeconds`` or :meth:`FakeKubeAPI.close`."""
+
+    status: int = 200
+    body: Mapping[str, Any] | None = None
+    events: tuple[Mapping[str, Any], ...] = ()
+    hold: bool = False
+
+
+def status(code: int, reason: str, message: str) -> dict[str, Any]:
+    """A ``Status`` object, as an error answer's body or an ``ERROR`` event's object."""
+    return _status(code, reason, message, None)
+
+
 @dataclass
 class FakeKubeAPI:
     """The served types, the stored objects, the user's refusals, and the requests seen."""
@@ -87,10 +116,20 @@ class FakeKubeAPI:
     #: (namespace, pod) -> what the pod's Patroni answers on GET /patroni (absent: refused).
     patroni: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     token: str = TOKEN
+    #: The scripted answers of the next watch requests, first first (see :class:`WatchAnswer`).
+    watches: list[WatchAnswer] = field(default_factory=list)
+    #: The scripted (code, ``Status``) refusals of the next list requests, first first.
+    list_answers: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    #: The resourceVersion of every list.
+    list_version: str = "424242"
+    #: The port to listen on (0: an ephemeral one); set to the bound port by :meth:`start`.
+    port: int = 0
     requests: list[str] = field(default_factory=list)
     authorizations: list[str | None] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
+    _closing: threading.Event = field(default_factory=threading.Event)
+    _connections: set[socket.socket] = field(default_factory=set)
 
     # -------------------------------------------------------------- the store
 
@@ -143,7 +182,22 @@ class FakeKubeAPI:
             def do_GET(self) -> None:
                 api.requests.append(self.path)
                 api.authorizations.append(self.headers.get("Authorization"))
-                code, body = api.answer(self.path, self.headers.get("Authorization"))
+                query = parse_qs(urlsplit(self.path).query)
+                watch = query.get("watch", [""])[0] in ("1", "true")
+                scripted = api.watches.pop(0) if watch and api.watches else WatchAnswer(hold=True)
+                if watch and self.headers.get("Authorization") != f"Bearer {api.token}":
+                    scripted = WatchAnswer(401, status(401, "Unauthorized", "Unauthorized"))
+                if watch and scripted.status == 200:
+                    timeout = float(query.get("timeoutSeconds", ["30"])[0])
+                    self._stream(scripted, timeout)
+                    return
+                body: dict[str, Any] | str
+                if watch:
+                    code, body = scripted.status, dict(scripted.body or {})
+                elif api.list_answers:
+                    code, body = api.list_answers.pop(0)
+                else:
+                    code, body = api.answer(self.path, self.headers.get("Authorization"))
                 if isinstance(body, str):
                     data, content_type = body.encode(), "text/plain; charset=utf-8"
                 else:
@@ -154,10 +208,40 @@ class FakeKubeAPI:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _stream(self, answer: WatchAnswer, timeout: float) -> None:
+                """The events, one JSON line per chunk (as kube-apiserver streams a watch,
+                so that a client reads each one as it comes), then the last chunk."""
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    for event in answer.events:
+                        self._chunk(json.dumps(event).encode() + b"\n")
+                    if answer.hold:
+                        api._closing.wait(timeout)
+                    self._chunk(b"")
+                except OSError:
+                    return  # the client went away
+
+            def setup(self) -> None:
+                super().setup()
+                api._connections.add(self.connection)
+
+            def finish(self) -> None:
+                api._connections.discard(self.connection)
+                super().finish()
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._closing.clear()
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.port = int(self._server.server_address[1])
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -166,9 +250,15 @@ class FakeKubeAPI:
         return self
 
     def close(self) -> None:
+        """Stop listening and end every held watch (a client then sees its stream end, and
+        its next connection refused until :meth:`start` again)."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+        for connection in list(self._connections):  # a dead server's connections end too
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+        self._closing.set()  # after: a client's next connection is refused, never held
         if self._thread is not None:
             self._thread.join(timeout=5)
 
@@ -281,7 +371,7 @@ class FakeKubeAPI:
         return 200, {
             "kind": f"{res.kind}List",
             "apiVersion": res.api_version,
-            "metadata": {"resourceVersion": "424242"},
+            "metadata": {"resourceVersion": self.list_version},
             "items": items,
         }
 

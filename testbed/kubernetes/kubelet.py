@@ -34,15 +34,15 @@ from typing import Any
 
 import requests
 
-from testbed.kubernetes.rest import KubeApiError, KubeRest, abort
+from testbed.kubernetes.rest import KubeApiError, KubeRest
+from testbed.kubernetes.watch import Reflector
 
 POD_IP_ANNOTATION = "kubelet-standin.pgfh.test/pod-ip"
 LOG = logging.getLogger("controlplane.kubelet")
 #: The longest a probe may take whatever the Pod says (a hung member must not stall the worker).
 PROBE_TIMEOUT_CAP = 5.0
-#: Bounds of the watch: each watch call ends after this, and reconnects back off up to the cap.
+#: Each watch call ends after this (the reconnects are :mod:`testbed.kubernetes.watch`'s).
 WATCH_SECONDS = 30
-RECONNECT_CAP = 2.0
 
 
 @dataclass(frozen=True)
@@ -101,30 +101,32 @@ class KubeletStandIn:
         self._stop = threading.Event()
         self._workers: dict[str, _PodWorker] = {}
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._reflector: Reflector | None = None
         self._session = requests.Session()
         self._session.trust_env = False  # probes go to the Pod IP only, never to a proxy
-        self._response: requests.Response | None = None
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self) -> KubeletStandIn:
         self.register_node()
-        self._thread = threading.Thread(
-            target=self._watch_loop, name="kubelet-standin", daemon=True
-        )
-        self._thread.start()
+        self._reflector = Reflector(
+            self.api,
+            "/api/v1/pods",
+            self._on_pod,
+            watch_seconds=WATCH_SECONDS,
+            name="kubelet-standin",
+            params={"fieldSelector": f"spec.nodeName={self.node_name}"},
+        ).start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        abort(self._response)  # the open watch ends now, not at its timeout
+        if self._reflector is not None:
+            self._reflector.stop()  # the open watch ends now, not at its timeout
         with self._lock:
             workers = list(self._workers.values())
             self._workers.clear()
         for worker in workers:
             worker.stop()
-        if self._thread is not None:
-            self._thread.join(timeout=WATCH_SECONDS + 5)
         self._session.close()
 
     def __enter__(self) -> KubeletStandIn:
@@ -164,58 +166,21 @@ class KubeletStandIn:
         )
 
     # -- the watch -------------------------------------------------------------------------
-    def _watch_loop(self) -> None:
-        backoff = 0.1
-        resource_version = ""
-        selector = f"spec.nodeName={self.node_name}"
-        while not self._stop.is_set():
-            try:
-                if not resource_version:
-                    listed = self.api.get("/api/v1/pods", fieldSelector=selector)
-                    resource_version = listed["metadata"]["resourceVersion"]
-                    for pod in listed.get("items") or []:
-                        self._handle(pod)
-                for event in self.api.watch(
-                    "/api/v1/pods",
-                    resource_version,
-                    WATCH_SECONDS,
-                    opened=self._opened,
-                    fieldSelector=selector,
-                ):
-                    if self._stop.is_set():
-                        break
-                    pod = event["object"]
-                    resource_version = pod["metadata"].get("resourceVersion", resource_version)
-                    if event["type"] == "DELETED":
-                        self._forget(pod)
-                    elif event["type"] in ("ADDED", "MODIFIED"):
-                        self._handle(pod)
-                backoff = 0.1
-            except KubeApiError as error:
-                if error.status == 410:  # too old a resourceVersion: list again
-                    resource_version = ""
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, RECONNECT_CAP)
-            except (requests.RequestException, ValueError):
-                # the API server restarting, a dropped connection: reconnect, bounded backoff
-                LOG.debug("kubelet stand-in watch failed; reconnecting", exc_info=True)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, RECONNECT_CAP)
-            except Exception:
-                if self._stop.is_set():  # whatever an aborted stream raised: stopping anyway
-                    return
-                raise
-
-    def _opened(self, response: requests.Response) -> None:
-        self._response = response
-        if self._stop.is_set():
-            abort(response)
+    def _on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """The Pods bound to this Node, from :class:`testbed.kubernetes.watch.Reflector` (a
+        kubelet's Pod source is a client-go reflector too: ``pkg/kubelet/config/apiserver.go``)."""
+        if kind == "DELETED":
+            self._forget(pod)
+        else:
+            self._handle(pod)
 
     def _key(self, pod: dict[str, Any]) -> str:
         meta = pod["metadata"]
         return f"{meta['namespace']}/{meta['name']}/{meta['uid']}"
 
     def _handle(self, pod: dict[str, Any]) -> None:
+        if self._stop.is_set():
+            return
         key = self._key(pod)
         with self._lock:
             worker = self._workers.get(key)

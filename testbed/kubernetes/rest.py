@@ -1,5 +1,8 @@
-"""The Kubernetes REST API as plain JSON, for the test infrastructure (kubelet and
-Metacontroller stand-ins): any resource by path, lists, watches, server-side apply.
+"""The Kubernetes REST API as plain JSON, for the test infrastructure: the test bed's one
+Kubernetes client (the kubelet and Metacontroller stand-ins, their informers in
+:mod:`testbed.kubernetes.watch`, the Lease elector, the Patroni members' Kubernetes DCS set-up,
+the control plane's own readiness wait, the benchmarks): any resource by path, lists,
+watches, server-side apply, ``/readyz``.
 
 The ``kubernetes`` package's typed models turn every object into a class per kind; the stand-ins
 need every kind as the plain dict Metacontroller itself sends to the hook (managedFields and
@@ -60,11 +63,17 @@ class Credentials:
         return cls(cluster["server"], cluster["certificate-authority"], cert, user.get("token"))
 
 
+def group_version_path(api_version: str) -> str:
+    """``/api/v1`` for the core group, ``/apis/<group>/<version>`` for the others (the
+    discovery document of that group/version, and the prefix of its resources)."""
+    return "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+
+
 def resource_path(
     api_version: str, plural: str, namespace: str | None = None, name: str | None = None
 ) -> str:
     """``/api/v1/namespaces/ns/pods/name`` or ``/apis/group/v/...`` for any resource."""
-    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    prefix = group_version_path(api_version)
     path = prefix + (f"/namespaces/{namespace}" if namespace else "") + f"/{plural}"
     return path + (f"/{name}" if name else "")
 
@@ -113,6 +122,17 @@ class KubeRest:
         if response.status_code == 403:
             self.forbidden.append(f"{method} {path}")
         return _decode(response)
+
+    def readiness(self, path: str = "/readyz", timeout: float = 5.0) -> str | None:
+        """``None`` when the API server answers ``path`` with 200, else what it answered or
+        why it could not (for :meth:`testbed.kubernetes.servers.Server.wait_until`)."""
+        try:
+            self.request("GET", path, timeout=timeout)
+        except KubeApiError as error:
+            return f"HTTP {error.status}"
+        except requests.RequestException as error:
+            return str(error)
+        return None
 
     def get(self, path: str, **params: str) -> JSON:
         return self.request("GET", path, params=params)

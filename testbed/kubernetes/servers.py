@@ -41,6 +41,7 @@ from testbed.kubernetes.binaries import MIN_ETCD, Binaries, ensure_binaries, etc
 from testbed.kubernetes.errors import ControlPlaneError
 from testbed.kubernetes.kubeconfig import write_kubeconfig
 from testbed.kubernetes.pki import CertificateAuthority, KeyPair, service_account_keys
+from testbed.kubernetes.rest import KubeRest
 
 CONTROLLERS = (
     "endpointslice-controller",
@@ -255,7 +256,7 @@ class ControlPlane:
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
         _wait_http_ok(self.etcd, f"{self.etcd_url}/health", None, timeout)
-        _wait_http_ok(self.apiserver, f"{self.server_url}/readyz", self._admin_ssl(), timeout)
+        self._wait_apiserver_ready(timeout)
 
     def restart_apiserver(self) -> float:
         """Stop kube-apiserver and start it again on the same port; seconds until ready."""
@@ -277,9 +278,7 @@ class ControlPlane:
         finally:
             outage.starting = time.monotonic()
             self.apiserver.start()
-            _wait_http_ok(
-                self.apiserver, f"{self.server_url}/readyz", self._admin_ssl(), READY_TIMEOUT
-            )
+            self._wait_apiserver_ready(READY_TIMEOUT)
             outage.ready = time.monotonic()
 
     @contextlib.contextmanager
@@ -300,10 +299,13 @@ class ControlPlane:
             timer.cancel()
             self.etcd.resume()
 
-    def _admin_ssl(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=str(self.ca_file))
-        context.load_cert_chain(str(self.admin.cert), str(self.admin.key))
-        return context
+    def _wait_apiserver_ready(self, timeout: float) -> None:
+        """``/readyz`` answered 200, asked as the admin through the one Kubernetes client."""
+        rest = KubeRest.from_kubeconfig(self.admin_kubeconfig)
+        try:
+            self.apiserver.wait_until(rest.readiness, timeout, f"ready at {self.server_url}/readyz")
+        finally:
+            rest.close()
 
     def check_alive(self) -> None:
         """Raise naming the first server that is no longer running."""
@@ -466,7 +468,7 @@ def start_control_plane(
         etcd.start()
         _wait_http_ok(etcd, f"{etcd_url}/health", None, READY_TIMEOUT)
         apiserver.start()
-        _wait_http_ok(apiserver, f"{server_url}/readyz", plane._admin_ssl(), READY_TIMEOUT)
+        plane._wait_apiserver_ready(READY_TIMEOUT)
         controller_manager.start()
         _wait_http_ok(
             controller_manager, f"https://127.0.0.1:{kcm_port}/healthz", _insecure(), READY_TIMEOUT

@@ -2,17 +2,17 @@
 
 A DEVELOPMENT STAND-IN for the tests and the demo (production runs real Metacontroller, and
 :mod:`testbed.metacontroller.metacontroller_binary` runs a real binary here instead when one is
-given). It
-reads the CompositeController from the server, then does what Metacontroller v4.17.2 does
-for it (``pkg/controller/composite/controller.go`` ``syncParentObject``), with any
+given). It reads the CompositeController from the server, then does what Metacontroller
+v4.17.2 does for it (``pkg/controller/composite/controller.go`` ``syncParentObject``), with any
 kubeconfig (the admin's, or the ``metacontroller`` ServiceAccount's):
 
 * lists and watches the parents, every declared child type and every related type
-  (:class:`testbed.metacontroller.reflector.Reflector`: bounded watches, a re-list on 410);
+  (:class:`testbed.kubernetes.watch.Reflector`: client-go's list-and-watch and its backoff);
 * calls ``/customize`` once per parent and generation (cached 20 minutes, as
-  ``newResponseCache``) to learn the related resources;
+  ``newResponseCache``) to learn the related resources (:mod:`testbed.metacontroller.kube_hooks`);
 * for each queued parent: adds the finalizer ``metacontroller.io/compositecontroller-<name>``
-  (a finalize hook exists), claims its children (controller reference to the parent and the
+  (a finalize hook exists), claims its children (:mod:`testbed.metacontroller.kube_claim`:
+  controller reference to the parent and the
   ``controller-uid`` label of ``generateSelector``: adopting matching orphans, releasing
   owned objects that no longer match), and POSTs the sync (or, once it is being deleted,
   finalize) request in the fixtures' shape: ``controller``, ``parent``, ``children`` keyed
@@ -21,10 +21,8 @@ kubeconfig (the admin's, or the ``metacontroller`` ServiceAccount's):
   all);
 * a non-200, a transport error or a reply that strict unmarshalling refuses changes nothing
   and requeues with ``AddRateLimited`` (:class:`testbed.metacontroller.workqueue.WorkQueue` with
-  client-go's
-  ``DefaultTypedControllerRateLimiter``, :mod:`testbed.metacontroller.ratelimit`: 5 ms doubling per
-  parent
-  up to 1000 s, and a 10/s burst-100 bucket for the queue, the longer of the two); a
+  client-go's ``DefaultTypedControllerRateLimiter``, :mod:`testbed.metacontroller.ratelimit`:
+  5 ms doubling per parent up to 1000 s, and a 10/s burst-100 bucket, the longer of the two); a
   successful sync ``Forget``s the parent's count; a 429 with a positive ``Retry-After``
   requeues after it, neither counted nor forgotten;
 * applies an accepted reply (:mod:`testbed.metacontroller.kube_apply`): namespaces defaulted, the
@@ -38,9 +36,8 @@ kubeconfig (the admin's, or the ``metacontroller`` ServiceAccount's):
   shorter than the cache flush (:func:`resync_periods`).
 
 Where it differs from Metacontroller (beyond :mod:`testbed.metacontroller.kube_apply` and
-:mod:`testbed.metacontroller.reflector`): hook ``version: v1`` only; webhook ``url`` only (no
-``service`` +
-``path``), no ``etag``, mTLS or basic auth (the bearer token of a matching
+:mod:`testbed.kubernetes.watch`): hook ``version: v1`` only; webhook ``url`` only (no
+``service`` + ``path``), no ``etag``, mTLS or basic auth (the bearer token of a matching
 ``endpointConfigs`` entry is read from its Secret, as 4.16+ does); ``responseUnMarshallMode``
 is always strict; ``parentResource.labelSelector`` is checked when a parent is synced, not
 also when it is enqueued; no ``ignoreStatusChanges``; no Events
@@ -56,86 +53,52 @@ and fail at the write: either way nothing changes until the server is back; the
 ``statusChecks: {}`` that Metacontroller's typed struct always serialises.
 
 Leader election is not this class's: with ``replicas`` the rig runs each replica as a
-:class:`testbed.metacontroller.metacontroller_replica.StandinReplica` (the communication check, the
-Lease of
-:mod:`testbed.metacontroller.leader_election`, this class started only while leading, an exit on a
-lost
-lease) under :class:`testbed.metacontroller.supervisor.Supervisor` (the kubelet's restarts). Where
-that
-differs from Metacontroller: a replica lives in the test's process, so its "exit" stops its
-threads rather than ending a process (a hook call in flight may still complete after the
-lease was lost; a real exit cuts it); a standby starts no informers before it leads (the
-manager's caches of CompositeControllers are started by Metacontroller before the election;
-the stand-in reads the CompositeController when it starts leading); no ``LeaderElection``
-Events nor leader metrics; an elector compares the records it reads by value, where client-go
-compares raw bytes and does not store its own PUT's bytes (so its next GET restamps the
-leader's own observation time: the leader's view only, never a standby's); the supervisor sees
-an exit within 0.1 s (the kubelet's PLEG relists every second); a "ready" replica is one past
-its communication check (the binary's ``/readyz``, a ping, likewise answers before it leads).
+:class:`testbed.metacontroller.metacontroller_replica.StandinReplica`, which starts this class
+only while it leads (how that differs from Metacontroller: that module's docstring).
 """
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import copy
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import requests
 
-from testbed.kubernetes.rest import KubeApiError, KubeRest, resource_path
+from testbed.kubernetes.rest import KubeApiError, KubeRest, group_version_path, resource_path
+from testbed.kubernetes.watch import Reflector, object_key
 from testbed.metacontroller.apply import HookError, check_reply
-from testbed.metacontroller.dynamic_apply import controller_ref, group_key
+from testbed.metacontroller.dynamic_apply import group_key
 from testbed.metacontroller.kube_apply import (
     ChildType,
     Managed,
-    create,
     manage_children,
     set_finalizer,
     should_manage,
     write_status,
 )
-from testbed.metacontroller.reflector import Reflector, object_key
+from testbed.metacontroller.kube_claim import (
+    claim,
+    controller_ref_of,
+    create_undeclared,
+    desired_children,
+    rule_gvr,
+    rule_matches,
+    selector_of,
+)
+from testbed.metacontroller.kube_hooks import HookClient, retry_after
+from testbed.metacontroller.kube_records import KubeSyncRecord
 from testbed.metacontroller.selectors import matches
 from testbed.metacontroller.workqueue import WorkQueue
 
 LOG = logging.getLogger("standin.kube")
 CC_PATH = "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers"
 FINALIZER_PREFIX = "metacontroller.io/compositecontroller-"
-CUSTOMIZE_TTL = 20 * 60.0
-DEFAULT_TIMEOUT = 10.0
 #: ``--cache-flush-interval`` (deploy/metacontroller-values.yaml, Metacontroller's default).
 CACHE_FLUSH = 30 * 60.0
-
-
-@dataclass(frozen=True)
-class KubeSyncRecord:
-    """One hook call as the stand-in saw it (monotonic times; children as ``Kind/name``)."""
-
-    parent: str
-    hook: str
-    started: float
-    finished: float
-    http_status: int | None
-    error: str | None
-    created: tuple[str, ...] = ()
-    updated: tuple[str, ...] = ()
-    deleted: tuple[str, ...] = ()
-    status_written: bool = False
-    finalized: bool = False
-    resync_after: float | None = None
-    reply: Mapping[str, Any] | None = None
-    #: When the hook's answer arrived (before anything of it was applied): what a benchmark
-    #: times as "the hook's reply", apart from ``finished`` (after the children and status).
-    replied: float | None = None
 
 
 def _unchanged(kind: str, obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> bool:
@@ -145,19 +108,6 @@ def _unchanged(kind: str, obj: Mapping[str, Any], old: Mapping[str, Any] | None)
         return False
     version = obj["metadata"].get("resourceVersion")
     return bool(old["metadata"].get("resourceVersion") == version)
-
-
-def parse_duration(text: str | None) -> float:
-    """A Go duration as the CRD's webhook ``timeout`` carries it (``5s``, ``500ms``, ``1m``);
-    missing or not positive: Metacontroller's default 10 s."""
-    if not text:
-        return DEFAULT_TIMEOUT
-    units = (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0))
-    for unit, factor in units:
-        if text.endswith(unit) and text[: -len(unit)].replace(".", "", 1).isdigit():
-            value = float(text[: -len(unit)]) * factor
-            return value if value > 0 else DEFAULT_TIMEOUT
-    raise ValueError(f"cannot parse the webhook timeout {text!r}")
 
 
 def resync_periods(resync_period_seconds: object, cache_flush: float) -> list[float]:
@@ -176,18 +126,6 @@ def resync_periods(resync_period_seconds: object, cache_flush: float) -> list[fl
         if period < cache_flush:
             periods.append(period)
     return periods
-
-
-def retry_after(value: str | None) -> float:
-    """Seconds of a ``Retry-After`` header (seconds or an HTTP date); 0 if absent/bad."""
-    if not value:
-        return 0.0
-    with contextlib.suppress(ValueError):
-        return max(0.0, float(value))
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return 0.0
 
 
 class KubeMetacontroller:
@@ -214,21 +152,23 @@ class KubeMetacontroller:
         #: When each resync tick enqueued every parent (monotonic; for tests).
         self.resyncs: list[float] = []
         self.records: list[KubeSyncRecord] = []
-        self.customize_calls = 0
         #: The last sync or finalize request sent for each parent (for tests).
         self.last_requests: dict[str, dict[str, Any]] = {}
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._customized: dict[tuple[str, int], tuple[float, list[dict[str, Any]]]] = {}
         self._related: dict[str, Reflector] = {}
         self._kinds: dict[tuple[str, str], str] = {}
-        self._hook = requests.Session()
-        self._hook.trust_env = False
+        self.hooks = HookClient(self.rest)
         self.controller: dict[str, Any] = {}
         self.child_types: dict[str, ChildType] = {}
         self.children: dict[str, Reflector] = {}
         self.parents: Reflector | None = None
+
+    @property
+    def customize_calls(self) -> int:
+        """Customize hook calls made (for tests)."""
+        return self.hooks.customize_calls
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self, sync_timeout: float = 30.0) -> KubeMetacontroller:
@@ -238,6 +178,7 @@ class KubeMetacontroller:
         for child in spec.get("childResources") or []:
             child.setdefault("updateStrategy", {}).setdefault("statusChecks", {})
         self.controller = controller
+        self.hooks.controller = controller
         parent = spec["parentResource"]
         self.parent_api = str(parent["apiVersion"])
         self.parent_resource = str(parent["resource"])
@@ -287,12 +228,12 @@ class KubeMetacontroller:
         if self.parents is not None:
             reflectors.append(self.parents)
         for reflector in reflectors:
-            reflector._stop.set()
+            reflector.signal_stop()
         for thread in self._threads:
             thread.join(timeout=15)
         for reflector in reflectors:
             reflector.stop()
-        self._hook.close()
+        self.hooks.close()
         self.rest.close()
 
     def __enter__(self) -> KubeMetacontroller:
@@ -306,8 +247,7 @@ class KubeMetacontroller:
         known = self._kinds.get((api_version, resource))
         if known is not None:
             return known
-        prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-        for entry in self.rest.get(prefix).get("resources") or []:
+        for entry in self.rest.get(group_version_path(api_version)).get("resources") or []:
             if entry.get("name") == resource:
                 self._kinds[(api_version, resource)] = str(entry["kind"])
                 return str(entry["kind"])
@@ -324,7 +264,7 @@ class KubeMetacontroller:
             if candidate is None:
                 continue
             meta = candidate["metadata"]
-            ref = self._controller_ref(candidate)
+            ref = controller_ref_of(candidate)
             if ref is not None:
                 if (
                     ref.get("kind") == self.parent_kind
@@ -335,7 +275,7 @@ class KubeMetacontroller:
                 continue
             for parent in self._parents():  # an orphan: every parent whose selector matches
                 if parent["metadata"].get("namespace") == meta.get("namespace") and matches(
-                    self._selector(parent), meta.get("labels")
+                    selector_of(self.controller, parent), meta.get("labels")
                 ):
                     self.queue.add(object_key(parent))
 
@@ -344,13 +284,12 @@ class KubeMetacontroller:
             if _unchanged(kind, obj, old):
                 return
             for parent in self._parents():
-                rules = self._cached_rules(parent)
+                rules = self.hooks.cached_rules(parent)
                 if rules is None:
                     continue
                 for candidate in (obj, old):
                     if candidate is not None and any(
-                        self._rule_gvr(r) == gvr and self._rule_matches(r, parent, candidate)
-                        for r in rules
+                        rule_gvr(r) == gvr and rule_matches(r, parent, candidate) for r in rules
                     ):
                         self.queue.add(object_key(parent))
 
@@ -418,8 +357,8 @@ class KubeMetacontroller:
             parent = live  # the live object returned by that update
         if deleting and self.finalizer not in finalizers:
             return None  # nothing of ours holds it: it is going away
-        observed = self._claim(parent)
-        rules = self._rules(parent)
+        observed = claim(self.rest, self.controller, self.child_types, self.children, parent, path)
+        rules = self.hooks.rules(parent)
         related = self._related_objects(parent, rules)
         finalizing = deleting and "finalize" in hooks
         hook = "finalize" if finalizing else "sync"
@@ -435,14 +374,14 @@ class KubeMetacontroller:
         started = time.monotonic()
         response: requests.Response | None = None
         try:
-            response = self._call(hooks[hook]["webhook"], body)
+            response = self.hooks.call(hooks[hook]["webhook"], body)
             replied = time.monotonic()
             if response.status_code == 429:
                 delay = retry_after(response.headers.get("Retry-After"))
                 self._record(key, hook, started, response.status_code, "429 Too Many Requests")
                 return delay
             reply = check_reply(response.status_code, response.content)
-            desired = self._desired(parent, reply)
+            desired = desired_children(self.controller, self.child_types, parent, reply)
         except (requests.RequestException, HookError) as error:
             status = response.status_code if response is not None else None
             self._record(key, hook, started, status, f"{type(error).__name__}: {error}")
@@ -467,7 +406,7 @@ class KubeMetacontroller:
             for key_, objects in desired.items():  # undeclared: created, never observed
                 if key_ not in self.child_types:
                     for obj in objects.values():
-                        self._create_undeclared(obj, parent, managed)
+                        create_undeclared(self.rest, obj, parent, managed)
         written = write_status(self.rest, path, reply.get("status"))
         failed = "; ".join(managed.errors) or None
         self._record(
@@ -501,183 +440,25 @@ class KubeMetacontroller:
         reply: Mapping[str, Any] | None = None,
         replied: float | None = None,
     ) -> None:
-        managed = managed or Managed()
-        record = KubeSyncRecord(
+        record = KubeSyncRecord.of(
             key,
             hook,
             started,
-            time.monotonic(),
             status,
             error,
-            tuple(managed.created),
-            tuple(managed.updated),
-            tuple(managed.deleted),
-            status_written,
-            finalized,
-            resync_after,
-            reply,
-            replied,
+            managed or Managed(),
+            status_written=status_written,
+            finalized=finalized,
+            resync_after=resync_after,
+            reply=reply,
+            replied=replied,
         )
         with self._lock:
             self.records.append(record)
         if self.on_record is not None:
             self.on_record(record)
 
-    # -- hook calls ------------------------------------------------------------------------
-    def _call(self, webhook: Mapping[str, Any], body: Mapping[str, Any]) -> requests.Response:
-        url = webhook.get("url")
-        if not url:
-            raise HookError("the stand-in supports webhook.url only")
-        return self._hook.post(
-            str(url),
-            json=body,
-            headers=self._auth(str(url)),
-            timeout=parse_duration(webhook.get("timeout")),
-        )
-
-    def _auth(self, url: str) -> dict[str, str]:
-        """The bearer token of the ``endpointConfigs`` entry whose host is the URL's."""
-        host = urlsplit(url).netloc
-        for entry in self.controller["spec"].get("endpointConfigs") or []:
-            if entry.get("host") != host:
-                continue
-            auth = entry.get("authorization") or {}
-            ref = auth.get("secretRef") or {}
-            if auth.get("type") != "Bearer" or not ref:
-                continue
-            secret = self.rest.get(
-                resource_path("v1", "secrets", ref.get("namespace"), ref.get("name"))
-            )
-            token = base64.b64decode((secret.get("data") or {})[ref.get("key", "token")])
-            return {"Authorization": f"Bearer {token.decode().strip()}"}
-        return {}
-
-    def _rules(self, parent: dict[str, Any]) -> list[dict[str, Any]]:
-        cached = self._cached_rules(parent)
-        if cached is not None:
-            return cached
-        hooks = self.controller["spec"].get("hooks") or {}
-        rules: list[dict[str, Any]] = []
-        if "customize" in hooks:
-            response = self._call(
-                hooks["customize"]["webhook"], {"controller": self.controller, "parent": parent}
-            )
-            self.customize_calls += 1
-            if response.status_code != 200:
-                raise HookError(f"customize: unsupported status code: {response.status_code}")
-            answer = response.json()
-            unknown = set(answer) - {"relatedResources"}
-            if unknown:
-                raise HookError(f"customize: unknown field(s) in response: {sorted(unknown)}")
-            rules = list(answer.get("relatedResources") or [])
-        meta = parent["metadata"]
-        with self._lock:
-            self._customized[(meta["uid"], int(meta.get("generation") or 0))] = (
-                time.monotonic(),
-                rules,
-            )
-        return rules
-
-    def _cached_rules(self, parent: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-        meta = parent["metadata"]
-        with self._lock:
-            entry = self._customized.get((meta["uid"], int(meta.get("generation") or 0)))
-        if entry is None or time.monotonic() - entry[0] > CUSTOMIZE_TTL:
-            return None
-        return entry[1]
-
-    # -- children and related objects ------------------------------------------------------
-    @staticmethod
-    def _controller_ref(obj: Mapping[str, Any]) -> dict[str, Any] | None:
-        for ref in obj["metadata"].get("ownerReferences") or []:
-            if ref.get("controller"):
-                return dict(ref)
-        return None
-
-    def _selector(self, parent: Mapping[str, Any]) -> dict[str, Any]:
-        if self.controller["spec"].get("generateSelector"):
-            return {"matchLabels": {"controller-uid": parent["metadata"]["uid"]}}
-        selector = (parent.get("spec") or {}).get("selector") or {}
-        if not selector.get("matchLabels") and not selector.get("matchExpressions"):
-            raise HookError(
-                ".spec.selector must have either matchLabels, matchExpressions, or both"
-            )
-        return dict(selector)
-
-    def _claim(self, parent: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
-        """``claimChildren``: owned and matching, adopted orphans; owned but not matching
-        released. Every declared type is present, empty or not."""
-        meta = parent["metadata"]
-        selector = self._selector(parent)
-        groups: dict[str, dict[str, dict[str, Any]]] = {}
-        for key, reflector in sorted(self.children.items()):
-            kind = self.child_types[key]
-            group: dict[str, dict[str, Any]] = {}
-            for obj in reflector.items():
-                child_meta = obj["metadata"]
-                if child_meta.get("namespace") != meta["namespace"]:
-                    continue
-                ref = self._controller_ref(obj)
-                labelled = matches(selector, child_meta.get("labels"))
-                if ref is not None and ref.get("uid") == meta["uid"]:
-                    if labelled:
-                        group[child_meta["name"]] = obj
-                    else:
-                        self._set_owner(kind, obj, None)
-                elif ref is None and labelled and not child_meta.get("deletionTimestamp"):
-                    adopted = self._adopt(kind, obj, parent)
-                    if adopted is not None:
-                        group[child_meta["name"]] = adopted
-            groups[key] = group
-        return groups
-
-    def _adopt(
-        self, kind: ChildType, obj: dict[str, Any], parent: dict[str, Any]
-    ) -> dict[str, Any] | None:
-        meta = parent["metadata"]
-        live = self.rest.get(
-            resource_path(self.parent_api, self.parent_resource, meta["namespace"], meta["name"])
-        )
-        if live["metadata"].get("deletionTimestamp") or live["metadata"]["uid"] != meta["uid"]:
-            return None
-        return self._set_owner(kind, obj, controller_ref(parent))
-
-    def _set_owner(
-        self, kind: ChildType, obj: dict[str, Any], ref: dict[str, Any] | None
-    ) -> dict[str, Any] | None:
-        """Adopt (``ref``) or release (``None``) with GET+PUT; the updated object."""
-        meta = obj["metadata"]
-        path = resource_path(kind.api_version, kind.resource, meta["namespace"], meta["name"])
-        try:
-            live = self.rest.get(path)
-            if live["metadata"]["uid"] != meta["uid"]:
-                return None
-            refs = [
-                r for r in live["metadata"].get("ownerReferences") or [] if not r.get("controller")
-            ]
-            live["metadata"]["ownerReferences"] = [*refs, ref] if ref else refs
-            return self.rest.replace(path, live)
-        except KubeApiError as error:
-            if error.status in (404, 409):
-                return None
-            raise
-
-    @staticmethod
-    def _rule_gvr(rule: Mapping[str, Any]) -> str:
-        return f"{rule.get('apiVersion')}/{rule.get('resource')}"
-
-    @staticmethod
-    def _rule_matches(
-        rule: Mapping[str, Any], parent: Mapping[str, Any], obj: Mapping[str, Any]
-    ) -> bool:
-        meta = obj["metadata"]
-        if meta.get("namespace") != parent["metadata"]["namespace"]:
-            return False  # v1, namespaced parent: its own namespace only
-        names = rule.get("names")
-        if names:
-            return meta.get("name") in names
-        return matches(rule.get("labelSelector"), meta.get("labels"))
-
+    # -- related objects -------------------------------------------------------------------
     def _related_objects(
         self, parent: dict[str, Any], rules: list[dict[str, Any]]
     ) -> dict[str, dict[str, dict[str, Any]]]:
@@ -690,14 +471,14 @@ class KubeMetacontroller:
                 )
             if rule.get("names") and (rule.get("labelSelector") or rule.get("namespaceSelector")):
                 raise HookError("a related rule cannot combine names with a selector")
-            gvr = self._rule_gvr(rule)
+            gvr = rule_gvr(rule)
             reflector = self._related_informer(gvr, str(rule["apiVersion"]), str(rule["resource"]))
             if not reflector.synced.is_set():
                 raise HookError(f"related informer for {gvr} not synced yet")
             kind = self.kind_of(str(rule["apiVersion"]), str(rule["resource"]))
             group = related.setdefault(group_key(str(rule["apiVersion"]), kind), {})
             for obj in reflector.items():
-                if self._rule_matches(rule, parent, obj):
+                if rule_matches(rule, parent, obj):
                     group[obj["metadata"]["name"]] = obj
         return related
 
@@ -715,46 +496,3 @@ class KubeMetacontroller:
                 self._related[gvr] = reflector
         reflector.wait_synced(5.0)
         return reflector
-
-    # -- the reply -------------------------------------------------------------------------
-    def _desired(
-        self, parent: Mapping[str, Any], reply: Mapping[str, Any]
-    ) -> dict[str, dict[str, dict[str, Any]]]:
-        """Steps 5 and 8: namespaces defaulted, the selector label added and enforced."""
-        meta = parent["metadata"]
-        selector = self._selector(parent)
-        generate = bool(self.controller["spec"].get("generateSelector"))
-        desired: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in self.child_types}
-        for child in reply.get("children") or []:
-            if not isinstance(child, dict):
-                raise HookError("a child is not an object")
-            child = copy.deepcopy(child)
-            child_meta = child.setdefault("metadata", {})
-            child_meta.setdefault("namespace", meta["namespace"])
-            labels = child_meta.setdefault("labels", {})
-            if generate:
-                labels.setdefault("controller-uid", meta["uid"])
-            if not matches(selector, labels):
-                raise HookError(
-                    f"labels on desired child {child.get('kind')} {child_meta.get('name')} "
-                    "don't match parent selector"
-                )
-            key = group_key(str(child.get("apiVersion")), str(child.get("kind")))
-            if child_meta["namespace"] != meta["namespace"]:
-                continue  # v1: only the parent's namespace is observed
-            desired.setdefault(key, {})[str(child_meta.get("name"))] = child
-        return desired
-
-    def _create_undeclared(
-        self, obj: dict[str, Any], parent: Mapping[str, Any], done: Managed
-    ) -> None:
-        api_version, kind = str(obj.get("apiVersion")), str(obj.get("kind"))
-        prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-        for entry in self.rest.get(prefix).get("resources") or []:
-            if entry.get("kind") == kind and "/" not in str(entry.get("name")):
-                child_type = ChildType(
-                    group_key(api_version, kind), api_version, entry["name"], kind
-                )
-                create(self.rest, child_type, obj, parent, done)
-                return
-        done.errors.append(f"no resource for {kind} in {api_version}")

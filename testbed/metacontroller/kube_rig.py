@@ -27,8 +27,10 @@ from typing import Any
 from testbed.kubernetes.kubelet import POD_IP_ANNOTATION, KubeletStandIn
 from testbed.kubernetes.podnet import pod_ip
 from testbed.kubernetes.rest import KubeApiError, KubeRest, resource_path
+from testbed.kubernetes.watch import Reflector
 from testbed.metacontroller.harness import CLUSTER, PRIMARY_SELECTOR, SERVICE
-from testbed.metacontroller.kube import KubeMetacontroller, KubeSyncRecord
+from testbed.metacontroller.kube import KubeMetacontroller
+from testbed.metacontroller.kube_records import KubeSyncRecord
 from testbed.metacontroller.kube_setup import install
 from testbed.metacontroller.loop import POD_NAME_LABEL
 from testbed.metacontroller.metacontroller_binary import (
@@ -37,7 +39,6 @@ from testbed.metacontroller.metacontroller_binary import (
     binary_from_env,
 )
 from testbed.metacontroller.metacontroller_replica import BinaryReplica, StandinReplica
-from testbed.metacontroller.reflector import Reflector
 from testbed.metacontroller.supervisor import Container, Supervisor
 from testbed.patroni import PatroniCluster
 

@@ -18,6 +18,22 @@ Both behave as Metacontroller v4.17.2 run with ``--leader-election`` does
 The stand-in replica runs in the test's process (its "exit" stops every thread of it and its
 controller and reports the exit code; a restart is a new object: a new identity, empty
 caches), so the rig keeps every hook call it recorded.
+
+The stand-in's replicas (the communication check, the Lease of
+:mod:`testbed.metacontroller.leader_election`,
+:class:`testbed.metacontroller.kube.KubeMetacontroller` started only while leading, an exit on
+a lost lease) run under
+:class:`testbed.metacontroller.supervisor.Supervisor` (the kubelet's restarts). Where that
+differs from Metacontroller: a replica lives in the test's process, so its "exit" stops its
+threads rather than ending a process (a hook call in flight may still complete after the
+lease was lost; a real exit cuts it); a standby starts no informers before it leads (the
+manager's caches of CompositeControllers are started by Metacontroller before the election;
+the stand-in reads the CompositeController when it starts leading); no ``LeaderElection``
+Events nor leader metrics; an elector compares the records it reads by value, where client-go
+compares raw bytes and does not store its own PUT's bytes (so its next GET restamps the
+leader's own observation time: the leader's view only, never a standby's); the supervisor sees
+an exit within 0.1 s (the kubelet's PLEG relists every second); a "ready" replica is one past
+its communication check (the binary's ``/readyz``, a ping, likewise answers before it leads).
 """
 
 from __future__ import annotations
