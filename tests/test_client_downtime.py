@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from testbed.bench.client_rig import client_rig
-from testbed.bench.downtime import Timeline, client_figures
+from testbed.bench.downtime_figures import Timeline, client_figures
 from testbed.bench.failover_kube import first_selector
 from testbed.kubernetes import ControlPlane
 from testbed.kubernetes.kube_proxy import MODES

@@ -23,7 +23,6 @@ import pytest
 
 from hooks.domain.model import DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS
 from hooks.shell.config import HookSettings
-from testbed.bench.failover import KINDS
 from testbed.bench.failover_kube import (
     KUBERNETES_FIRST_IP,
     Bench,
@@ -35,6 +34,7 @@ from testbed.bench.failover_kube import (
     settle,
     status_of,
 )
+from testbed.bench.failover_patroni import KINDS
 from testbed.kubernetes import ControlPlane
 from testbed.metacontroller.gunicorn import GunicornHook
 from testbed.metacontroller.harness import rig_hook

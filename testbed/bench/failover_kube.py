@@ -1,7 +1,7 @@
 """Failovers on the real control plane, timed where clients see them: the EndpointSlice.
 
-``testbed.bench.failover`` ends at the hook's reply, applied by the stand-in to a model of the
-Service. Clients follow the EndpointSlice that the real endpointslice controller writes one
+``testbed.bench.failover_patroni`` ends at the hook's reply, applied by the stand-in to a model
+of the Service. Clients follow the EndpointSlice that the real endpointslice controller writes one
 hop later, so this benchmark runs the same failovers on the real control plane
 (kube-apiserver, kube-controller-manager, etcd; the rig of ``tests/test_kube_e2e.py``:
 :func:`testbed.metacontroller.kube_rig.kube_rig`) and times, on one monotonic clock, for each
@@ -22,15 +22,14 @@ real
 Metacontroller (``PGFH_METACONTROLLER_BINARY``,
 :mod:`testbed.metacontroller.metacontroller_binary`), whose
 calls to the hook leave no record here. Hops: promotion→Service write (the hook's probe round
-and reply plus Metacontroller applying it; ``testbed.bench.failover`` times the reply alone),
-Service write→slice (the endpointslice controller and the readiness the kubelet stand-in
+and reply plus Metacontroller applying it; ``testbed.bench.failover_patroni`` times the reply
+alone), Service write→slice (the endpointslice controller and the readiness the kubelet stand-in
 reports), promotion→slice (what clients wait for after Patroni is done) and trigger→slice.
 Hook calls and failed calls are counted from the hook's own ``/metrics``. Over the whole
 run, from the watches: never two Pods ready at once in the primary slice, the Service never
 deleted, its selector never empty. The ground-truth sampler and the writer of
-``testbed.bench.failover`` run beside it, following the *slice* (a write goes to the Pod IP the
-slice
-lists ready, as a client through kube-proxy would).
+``testbed.bench.failover_patroni`` run beside it, following the *slice* (a write goes to the
+Pod IP the slice lists ready, as a client through kube-proxy would).
 
 DCS modes (``--dcs``, comma-separated, each on a cluster of its own in a namespace of its own):
 
@@ -77,7 +76,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from hooks.core.switchover import spread_resync
 from hooks.domain.model import DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS, ResyncTiming
 from hooks.shell.config import HookSettings
-from testbed.bench.failover import KINDS, Sampler, Writer, percentile
+from testbed.bench.failover_patroni import KINDS, Sampler, Writer, percentile
 from testbed.kubernetes import ControlPlane, start_control_plane
 from testbed.kubernetes.accounts import metacontroller_kubeconfig
 from testbed.kubernetes.podnet import ensure_pod_network, pod_ip

@@ -2,9 +2,8 @@
 mix, one table row, the modelled API server's latencies, and the presets (today's settings, the
 shipped ones, what docs/scale.md recommends for N clusters, the table's rows).
 
-Pure: no clock, no I/O (``python -m testbed.bench.fleet`` runs them; :mod:`testbed.bench.fleet` has
-the model's
-sources in Metacontroller).
+Pure: no clock, no I/O (``python -m testbed.bench.fleet.table`` runs them;
+:mod:`testbed.bench.fleet.table` has the model's sources in Metacontroller).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ PROBE_DEADLINE = 2.0
 @dataclass(frozen=True)
 class MetacontrollerCost:
     """Metacontroller's own CPU, calibrated on the real binary (v4.17.2,
-    ``testbed.bench.fleet_kube``
+    ``testbed.bench.fleet.on_kube``
     on the real control plane, with its CPU profile). Per sync it lists the parent's related
     Pods from its informer cache by namespace and label selector
     (``pkg/controller/common/customize/manager.go`` ``GetRelatedObjects``:
@@ -54,13 +53,12 @@ class MetacontrollerCost:
         return self.per_parent_walked * parents
 
 
-#: Metacontroller v4.17.2 on this project's 2-core machine, fitted to ``testbed.bench.fleet_kube``
-#: runs
-#: of the real binary and their CPU profiles (docs/scale.md, "Metacontroller's own CPU"): CPU
-#: per sync 3.06 ms with 600 Pods in the namespace (200 clusters) and 6.89 - 1.54 ms (the
-#: Pod handler's share taken out) with 3,000 (1,000 clusters): ~0.95 us per Pod of the
-#: namespace visited by the related-Pods listing, ~2.5 ms for the rest of a sync; and with
-#: Patroni's Kubernetes-DCS churn over 1,000 parents in 100 namespaces, ``findRelatedParents``
+#: Metacontroller v4.17.2 on this project's 2-core machine, fitted to
+#: ``testbed.bench.fleet.on_kube`` runs of the real binary and their CPU profiles (docs/scale.md,
+#: "Metacontroller's own CPU"): CPU per sync 3.06 ms with 600 Pods in the namespace (200 clusters)
+#: and 6.89 - 1.54 ms (the Pod handler's share taken out) with 3,000 (1,000 clusters): ~0.95 us per
+#: Pod of the namespace visited by the related-Pods listing, ~2.5 ms for the rest of a sync; and
+#: with Patroni's Kubernetes-DCS churn over 1,000 parents in 100 namespaces, ``findRelatedParents``
 #: took 11.4 s of CPU for ~2,100 Pod events in the 30 s profile: ~5.4 ms an event, 5.4 us per
 #: parent walked.
 V4_17_2_COST = MetacontrollerCost(sync_base=0.0025, per_listed=0.95e-6, per_parent_walked=5.4e-6)

@@ -2,10 +2,10 @@
 
 Usage (from the repo root, with the project's venv)::
 
-    python -m testbed.bench.failover                 # 12 failovers: graceful, kill, switchover x 4
-    python -m testbed.bench.failover --failovers 21  # the chaos run (>= 20 failovers)
-    python -m testbed.bench.failover --kinds graceful,switchover --failovers 4   # quick, no TTL
-    waits
+    python -m testbed.bench.failover_patroni                # 12: graceful, kill, switchover x 4
+    python -m testbed.bench.failover_patroni --failovers 21 # the chaos run (>= 20 failovers)
+    python -m testbed.bench.failover_patroni --kinds graceful,switchover --failovers 4
+    # (quick, no TTL waits)
 
 Each failover is one of:
 

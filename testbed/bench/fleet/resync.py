@@ -1,17 +1,16 @@
 """What ``resyncPeriodSeconds`` costs a fleet, and what it buys after every hook pod was down.
 
-Run ``python -m testbed.bench.fleet_resync`` (modelled, virtual clock; about ten minutes of CPU).
-The fleet model of :mod:`testbed.bench.fleet` with client-go's real work-queue rate limiter
+Run ``python -m testbed.bench.fleet.resync`` (modelled, virtual clock; about ten minutes of CPU).
+The fleet model of :mod:`testbed.bench.fleet.model` with client-go's real work-queue rate limiter
 (:mod:`testbed.metacontroller.ratelimit`, shared with the stand-in): a failed sync is
-``AddRateLimited``
-(5 ms doubling per parent up to 1000 s, and 10 retries/s for the whole queue), a
+``AddRateLimited`` (5 ms doubling per parent up to 1000 s, and 10 retries/s for the whole queue), a
 successful one ``Forget``s; a ``resyncPeriodSeconds`` tick ``Add``s every parent of the
 install at once (no rate limiter).
 
 For each setting, two runs of the recommended settings (docs/scale.md, "What to set"):
 
-* **steady**: the fleet as in :mod:`testbed.bench.fleet` (switchovers spread over the run): the
-  period's cost in API requests/s and hook syncs/s, and in the lag of a Pod-changing
+* **steady**: the fleet as in :mod:`testbed.bench.fleet.table` (switchovers spread over the
+  run): the period's cost in API requests/s and hook syncs/s, and in the lag of a Pod-changing
   switchover (each tick's burst goes to the tail of the FIFO queue and every event waits
   behind it);
 * **outage**: every hook pod down for ``--outage`` s (each call refused at once) with the
@@ -30,10 +29,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from testbed.bench.fleet import fmt, settings_text
-from testbed.bench.fleet_model import POD_CHANGING, Result, run_modelled
-from testbed.bench.fleet_real import calibrate
-from testbed.bench.fleet_settings import Row, recommended
+from testbed.bench.fleet.model import POD_CHANGING, Result, run_modelled
+from testbed.bench.fleet.real_hook import calibrate
+from testbed.bench.fleet.settings import Row, recommended
+from testbed.bench.fleet.table import fmt, settings_text
 
 #: The warm-up before the outage starts (s of the run).
 OUTAGE_AT = 30.0
@@ -114,7 +113,7 @@ HEAD = (
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m testbed.bench.fleet_resync", description=__doc__.split("\n\n")[0]
+        prog="python -m testbed.bench.fleet.resync", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--n", type=int, action="append", help="fleet sizes (5000)")
     parser.add_argument(
