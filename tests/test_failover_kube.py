@@ -26,14 +26,12 @@ from hooks.shell.config import HookSettings
 from testbed.bench.failover_kube import (
     KUBERNETES_FIRST_IP,
     Bench,
-    KubeFailover,
-    RunResult,
     benchmark_rig,
-    report,
     run_on,
     settle,
     status_of,
 )
+from testbed.bench.failover_kube_figures import KubeFailover, RunResult, report
 from testbed.bench.failover_patroni import KINDS
 from testbed.kubernetes import ControlPlane
 from testbed.metacontroller.gunicorn import GunicornHook

@@ -57,7 +57,7 @@ from testbed.bench.downtime_figures import (
     client_table,
     hop_table,
 )
-from testbed.bench.failover_kube import controller_line, first_selector
+from testbed.bench.failover_kube_figures import controller_line, first_selector
 from testbed.bench.writers import terminate_namespace_backends
 from testbed.kubernetes import ControlPlane, start_control_plane
 from testbed.kubernetes.accounts import metacontroller_kubeconfig
