@@ -2,8 +2,8 @@
 
 Usage (root; it starts the real cluster, so take the lock)::
 
-    flock /tmp/pgfh-realcluster.lock .venv/bin/python -m testbed.bench.client_downtime --failovers
-    21
+    flock /tmp/pgfh-realcluster.lock .venv/bin/python -m testbed.bench.client_downtime \\
+        --failovers 21
     ... --kinds switchover --failovers 3          # quick, no TTL waits
 
     PGFH_METACONTROLLER_BINARY=/path/to/metacontroller ...   # a real Metacontroller

@@ -16,20 +16,18 @@ failover:
 * **slice**: the watch event after which the primary Service's EndpointSlices (label
   ``kubernetes.io/service-name``) list exactly the new leader's Pod IP as ready.
 
-Every time comes from a watch on the API server or from Patroni, none from Metacontroller's
-side, so the benchmark runs the same on the stand-in (:mod:`testbed.metacontroller.kube`) and on a
-real
+Every time comes from a watch on the API server or from Patroni, none from Metacontroller's side, so
+the benchmark runs the same on the stand-in (:mod:`testbed.metacontroller.kube`) and on a real
 Metacontroller (``PGFH_METACONTROLLER_BINARY``,
-:mod:`testbed.metacontroller.metacontroller_binary`), whose
-calls to the hook leave no record here. Hops: promotion→Service write (the hook's probe round
-and reply plus Metacontroller applying it; ``testbed.bench.failover_patroni`` times the reply
-alone), Service write→slice (the endpointslice controller and the readiness the kubelet stand-in
-reports), promotion→slice (what clients wait for after Patroni is done) and trigger→slice.
-Hook calls and failed calls are counted from the hook's own ``/metrics``. Over the whole
-run, from the watches: never two Pods ready at once in the primary slice, the Service never
-deleted, its selector never empty. The ground-truth sampler and the writer of
-``testbed.bench.failover_patroni`` run beside it, following the *slice* (a write goes to the
-Pod IP the slice lists ready, as a client through kube-proxy would).
+:mod:`testbed.metacontroller.metacontroller_binary`), whose calls to the hook leave no record here.
+Hops: promotion→Service write (the hook's probe round and reply plus Metacontroller applying it;
+``testbed.bench.failover_patroni`` times the reply alone), Service write→slice (the endpointslice
+controller and the readiness the kubelet stand-in reports), promotion→slice (what clients wait for
+after Patroni is done) and trigger→slice. Hook calls and failed calls are counted from the hook's
+own ``/metrics``. Over the whole run, from the watches: never two Pods ready at once in the primary
+slice, the Service never deleted, its selector never empty. The ground-truth sampler and the writer
+of ``testbed.bench.failover_patroni`` run beside it, following the *slice* (a write goes to the Pod
+IP the slice lists ready, as a client through kube-proxy would).
 
 DCS modes (``--dcs``, comma-separated, each on a cluster of its own in a namespace of its own):
 

@@ -10,7 +10,6 @@ but for the machine's load and the environment's Metacontroller in the report's 
 from __future__ import annotations
 
 import os
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from hooks.core.switchover import spread_resync
 from hooks.domain.model import DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS, ResyncTiming
 from hooks.shell.config import HookSettings
-from testbed.bench.failover_patroni import KINDS, percentile
+from testbed.bench.failover_patroni import KINDS
+from testbed.bench.stats import p50_p95_max
 from testbed.metacontroller.loop import POD_NAME_LABEL
 from testbed.metacontroller.metacontroller_binary import ENV_BINARY
 
@@ -208,7 +208,7 @@ def call_counts(exposition: str) -> tuple[float, float]:
 def _stats(values: Sequence[float]) -> str:
     if not values:
         return "–"
-    return f"{statistics.median(values):.3f} / {percentile(values, 0.95):.3f} / {max(values):.3f}"
+    return p50_p95_max(values)
 
 
 def summarize(

@@ -4,8 +4,7 @@ Three processes share the machine, each measured on its own:
 
 * the hook: ``gunicorn -c python:hooks.shell.gunicorn_conf 'hooks.shell.app:create_app()'`` (via
   :func:`testbed.metacontroller.gunicorn.gunicorn_hook`), ``GUNICORN_WORKERS``/``GUNICORN_THREADS``
-  as in
-  production (2 × 16), JSON logs and the access log on;
+  as in production (2 × 16), JSON logs and the access log on;
 * the fake Patroni members (:mod:`testbed.fakes.patroni_fast`): one process, one member per
   loopback address, answering like Patroni (HTTP/1.0, close after the ~1 KiB JSON);
 * the load generator: one process, ``--concurrency`` threads, each a persistent
@@ -36,6 +35,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -133,39 +133,23 @@ def measure(
         tempfile.TemporaryDirectory(prefix="pgfh-load-") as tmp,
         loaded_pod(Path(tmp), workers=workers, threads=threads) as (hook, fakes, body, leader),
     ):
-        run_load(
-            hook,
-            name="warm-up",
-            method="POST",
-            path="/sync",
-            body=body,
-            leader=leader,
-            concurrency=concurrency,
-            duration=min(3.0, duration),
-            warmup=0.0,
-        )
+        run = partial(run_load, hook, concurrency=concurrency)
+        sync_run = partial(run, method="POST", path="/sync", body=body, leader=leader)
+        sync_run(name="warm-up", duration=min(3.0, duration), warmup=0.0)
         memory_warm = pod_memory(hook.process.pid)
-        healthz = run_load(
-            hook,
+        healthz = run(
             name="GET /healthz",
             method="GET",
             path="/healthz",
             body=None,
             leader=None,
-            concurrency=concurrency,
             duration=healthz_duration,
             warmup=warmup,
             members=fakes,
             rate=rate,
         )
-        sync = run_load(
-            hook,
+        sync = sync_run(
             name="POST /sync (3 members)",
-            method="POST",
-            path="/sync",
-            body=body,
-            leader=leader,
-            concurrency=concurrency,
             duration=duration,
             warmup=warmup,
             kill_at=duration / 2 if kill else None,

@@ -21,7 +21,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from testbed.bench.common import (
     children,
     cpu_seconds,
 )
+from testbed.bench.stats import percentile
 from testbed.fakes.patroni_fast import FakeMembers
 from testbed.metacontroller.gunicorn import GunicornHook
 
@@ -189,13 +189,6 @@ class RunReport:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _percentile(sorted_values: Sequence[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[index]
-
-
 def run_load(
     hook: GunicornHook,
     *,
@@ -319,8 +312,8 @@ def run_load(
         rate=len(ok) / window,
         rate_before_kill=rate_before,
         rate_after_kill=rate_after,
-        p50_ms=_percentile(latencies, 0.50),
-        p99_ms=_percentile(latencies, 0.99),
+        p50_ms=percentile(latencies, 0.50),
+        p99_ms=percentile(latencies, 0.99),
         max_ms=latencies[-1] if latencies else float("nan"),
         outcomes=dict(outcomes),
         wrong=sorted({r.outcome for r in records if r.outcome.startswith("WRONG")})[:5],

@@ -53,9 +53,9 @@ import requests
 
 from hooks.core.scope import serves
 from hooks.loaders.envelope import load_customize_call
+from testbed.bench.common import cpu_seconds
 from testbed.bench.related_walk_figures import (
     ShapeResult,
-    cpu_seconds,
     hook_errors,
     machine_sample,
     metrics_url,

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import requests
 
+from testbed.bench.common import cpu_seconds
+
 
 def percentile(values: Sequence[float], q: float) -> float:
     if not values:
@@ -27,11 +29,6 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 # ------------------------------------------------------------------ measuring
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def metrics_url(args: Sequence[str]) -> str | None:

@@ -178,19 +178,12 @@ def profile(controller: Controller, seconds: int, out: Path, result: list[str]) 
         result.append(f"pprof failed: {error}")
         return
     go = shutil.which("go") or "/usr/local/go/bin/go"
-    top = subprocess.run(
-        [go, "tool", "pprof", "-top", "-nodecount=25", str(controller.binary), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    result.append(top.stdout or top.stderr)
-    cum = subprocess.run(
-        [go, "tool", "pprof", "-top", "-cum", "-nodecount=400", str(controller.binary), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    result.append(cum.stdout or cum.stderr)
+    for flags in (["-top", "-nodecount=25"], ["-top", "-cum", "-nodecount=400"]):
+        top = subprocess.run(
+            [go, "tool", "pprof", *flags, str(controller.binary), str(out)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        result.append(top.stdout or top.stderr)

@@ -12,8 +12,7 @@ What runs (all on loopback, all stopped at the end):
   namespace (``--layout``); the Pods' status is written here (Running, Pod IP, Ready), as a
   kubelet would, without a thread per Pod;
 * fake Patroni members (:func:`testbed.fakes.patroni_fast.fleet_members`, one asyncio process):
-  every
-  cluster's 3 members on the same 3 loopback addresses 127.0.0.231-233 (Pod IPs
+  every cluster's 3 members on the same 3 loopback addresses 127.0.0.231-233 (Pod IPs
   198.18.0.231-233 through the Pod network's map) and a port of their own per cluster
   (``spec.patroni.port``; the hook is told ``PGFH_ALLOWED_PATRONI_PORTS=1024-65535``). The
   Pod network maps only a /24, and widening it would change a machine-wide nftables table

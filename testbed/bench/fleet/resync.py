@@ -31,7 +31,7 @@ from dataclasses import replace
 
 from testbed.bench.fleet.model import POD_CHANGING, Result, run_modelled
 from testbed.bench.fleet.real_hook import calibrate
-from testbed.bench.fleet.settings import Row, recommended
+from testbed.bench.fleet.settings import Row, recommended, recommended_row
 from testbed.bench.fleet.table import fmt, settings_text
 
 #: The warm-up before the outage starts (s of the run).
@@ -39,38 +39,25 @@ OUTAGE_AT = 30.0
 
 
 def rows(n: int, periods: Sequence[float | None], outage: float, switchovers: int) -> list[Row]:
-    mc, policy, pods, threads = recommended(n)
+    mc = recommended(n)[0]
     out: list[Row] = []
     for period in periods:
         settings = replace(mc, resync_period=period)
         label = "absent" if period is None else f"{period:g} s"
-        out.append(
-            Row(
-                f"steady, period {label}",
-                n,
-                settings,
-                policy,
-                hook_pods=pods,
-                hook_threads=threads,
-                # Two periods at least, so that the share of switchovers a tick's burst
-                # delays is the long-run one (one tick in a short run over-counts it).
-                duration=max(180.0, 2 * (period or 0.0) + 60.0),
-                switchovers=switchovers,
-            )
-        )
+        # Two periods at least, so that the share of switchovers a tick's burst delays is the
+        # long-run one (one tick in a short run over-counts it).
+        steady = max(180.0, 2 * (period or 0.0) + 60.0)
+        out.append(recommended_row(f"steady, period {label}", n, steady, switchovers, mc=settings))
         # Long enough for the slowest way back: the backoff's 1000 s cap (+ the bucket's
         # pace), or one period, after the outage.
         tail = (period if period is not None else 1000.0) + 120.0
         out.append(
-            Row(
+            recommended_row(
                 f"hooks down {outage:g} s, period {label}",
                 n,
-                settings,
-                policy,
-                hook_pods=pods,
-                hook_threads=threads,
-                duration=OUTAGE_AT + outage + tail,
-                switchovers=min(switchovers, n // 10),
+                OUTAGE_AT + outage + tail,
+                min(switchovers, n // 10),
+                mc=settings,
                 hooks_down_at=OUTAGE_AT,
                 hooks_down_for=outage,
             )

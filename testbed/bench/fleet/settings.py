@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 #: Modelled API server: latency of a GET and a PUT (s), and of a watch event after a write.
 API_GET = 0.002
@@ -218,6 +219,14 @@ def recommended(n: int, mix: Mix = Mix()) -> tuple[Metacontroller, Policy, int, 
     return mc, policy, pods, threads
 
 
+def recommended_row(label: str, n: int, duration: float, switchovers: int, **changes: Any) -> Row:
+    """A row of ``n`` clusters at :func:`recommended`'s settings (Metacontroller's flags, the
+    policy, the hook pods and threads); ``changes``: any other field of :class:`Row`."""
+    mc, policy, pods, threads = recommended(n)
+    row = Row(label, n, mc, policy, hook_pods=pods, hook_threads=threads)
+    return replace(row, duration=duration, switchovers=switchovers, **changes)
+
+
 def full_rows(duration: float, switchovers: int) -> list[Row]:
     """The table's modelled rows: today's settings (and hook) and the recommended settings
     (with today's hook, whose healthy resyncs are phase-spread) for 50, 500 and 5,000 clusters
@@ -228,92 +237,24 @@ def full_rows(duration: float, switchovers: int) -> list[Row]:
         rows.append(
             Row("today", n, TODAY, TODAY_MODEL_POLICY, duration=duration, switchovers=switchovers)
         )
-        mc, policy, pods, threads = recommended(n)
         # At 5,000 the tail depends on where the random 30-min cache flushes and the clump
         # fall: three seeds.
         for seed in (11, 12, 13) if n == 5000 else (11,):
-            rows.append(
-                Row(
-                    "recommended" + (f" (seed {seed})" if n == 5000 else ""),
-                    n,
-                    mc,
-                    policy,
-                    hook_pods=pods,
-                    hook_threads=threads,
-                    duration=duration,
-                    switchovers=switchovers,
-                    seed=seed,
-                )
-            )
+            label = "recommended" + (f" (seed {seed})" if n == 5000 else "")
+            rows.append(recommended_row(label, n, duration, switchovers, seed=seed))
     for n in (100, 1000):  # the sizes docs/scale.md gives settings for
-        mc, policy, pods, threads = recommended(n)
-        rows.append(
-            Row(
-                "recommended",
-                n,
-                mc,
-                policy,
-                hook_pods=pods,
-                hook_threads=threads,
-                duration=duration,
-                switchovers=switchovers,
-            )
-        )
-    mc, policy, pods, threads = recommended(5000)
+        rows.append(recommended_row("recommended", n, duration, switchovers))
+    policy = recommended(5000)[1]
     for seed in (11, 12, 13):
-        rows.append(
-            Row(
-                f"recommended, fixed healthy resync (the hook before phase-spread) (seed {seed})",
-                5000,
-                mc,
-                replace(policy, spread=False),
-                hook_pods=pods,
-                hook_threads=threads,
-                duration=duration,
-                switchovers=switchovers,
-                seed=seed,
-            )
-        )
-    rows.append(
-        Row(
-            "worst: switchovers within 10 s after the 30-min cache-flush burst",
-            5000,
-            mc,
-            policy,
-            hook_pods=pods,
-            hook_threads=threads,
-            duration=75.0,
-            flush_at=30.0,
-            burst_window=10.0,
-            switchovers=switchovers,
-        )
-    )
-    rows.append(
-        Row(
-            "worst: all 5,000 on etcd (polled), recommended flags and poll",
-            5000,
-            mc,
-            policy,
-            mix=Mix(polled=1.0),
-            hook_pods=pods,
-            hook_threads=threads,
-            duration=duration,
-            switchovers=switchovers,
-        )
-    )
-    rows.append(
-        Row(
-            "worst: a node lost, 10 % of clusters with a member that never answers",
-            5000,
-            mc,
-            policy,
-            mix=Mix(hung=0.1),
-            hook_pods=pods,
-            hook_threads=threads,
-            duration=duration,
-            switchovers=switchovers,
-        )
-    )
+        label = f"recommended, fixed healthy resync (the hook before phase-spread) (seed {seed})"
+        spread = replace(policy, spread=False)
+        rows.append(recommended_row(label, 5000, duration, switchovers, policy=spread, seed=seed))
+    worst = "worst: switchovers within 10 s after the 30-min cache-flush burst"
+    rows.append(recommended_row(worst, 5000, 75.0, switchovers, flush_at=30.0, burst_window=10.0))
+    worst = "worst: all 5,000 on etcd (polled), recommended flags and poll"
+    rows.append(recommended_row(worst, 5000, duration, switchovers, mix=Mix(polled=1.0)))
+    worst = "worst: a node lost, 10 % of clusters with a member that never answers"
+    rows.append(recommended_row(worst, 5000, duration, switchovers, mix=Mix(hung=0.1)))
     rows.append(
         Row(
             "worst: all 5,000 on etcd, polled every 1 s, today's flags",
