@@ -83,11 +83,12 @@ lint: $(STAMP) ## ruff, ruff format --check, mypy --strict, the import contracts
 	$(BIN)/lint-imports
 	$(BIN)/lint-imports testbed/import-contracts.toml
 
-# The junit file is what `make readme-figures` writes the README's test figures from.
+# The junit file is what `make readme-figures` writes the README's test figures from; the 25
+# slowest tests are printed at the end, where CI time goes.
 JUNIT := .run/junit.xml
 
 test: $(STAMP) lint promtool image-tools controlplane helm ## lint, then the whole test suite (writes .run/junit.xml)
-	$(BIN)/python -m pytest --junitxml=$(JUNIT)
+	$(BIN)/python -m pytest --junitxml=$(JUNIT) --durations=25
 
 readme-figures: $(STAMP) ## rewrite the README's test figures from the last `make test` (.run/junit.xml)
 	$(BIN)/python -m tests.suite_figures $(JUNIT) README.md
@@ -103,7 +104,7 @@ controlplane: $(STAMP) ## build the test control plane's binaries once per machi
 helm: $(STAMP) ## build the pinned helm once per machine (cached), for the chart's tests
 	$(BIN)/python -m testbed.kubernetes helm
 
-# charts/pg-failover-hook/ is generated from deploy/ (ops/chart.py): run after changing deploy/.
+# charts/pg-failover-hook/ is generated from deploy/ (ops/chart/): run after changing deploy/.
 chart: $(STAMP) ## rewrite the Helm chart charts/pg-failover-hook/ from deploy/
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m ops.chart
 

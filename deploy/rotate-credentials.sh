@@ -9,7 +9,7 @@
 # Secrets involved, list and patch CompositeControllers (every one that names the Secret is
 # rotated: pg-failover-hook, or each pg-failover-hook-<k> of deploy/sharding), list Events and
 # exec into the hook pods.
-# What it does and why: ops/rotate.py; docs/security.md, "Rotating the token".
+# What it does and why: ops/rotation/__init__.py; docs/security.md, "Rotating the token".
 set -eu
 root=$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)
-PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" exec python3 -m ops.rotate "$@"
+PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" exec python3 -m ops.rotation "$@"

@@ -13,7 +13,7 @@ Modelled on Patroni's own ``fetch_nodes_statuses`` (``patroni/ha.py``): fixed sm
 timeouts, no retries (the next resync is the retry), a thread pool.
 
 The HTTP client is **requests**, through its transport API (:mod:`hooks.probe.transport`);
-what the parsed answer means is :mod:`hooks.loaders.patroni_answer`'s, pure.
+what the parsed answer means is :mod:`hooks.probe.answer`'s, pure.
 
 **The deadline is enforced by cutting sockets, not by the timeouts** (a member that
 trickles a byte every 0.3 s is never "timed out"): a round probes its first member in the
@@ -56,10 +56,10 @@ import requests
 import urllib3
 from urllib3.util import Url
 
-from hooks.core.policy import ProbePolicy
 from hooks.domain.members import MemberStatus, ProbeTarget
-from hooks.loaders.patroni_answer import head_verdict, status_from_body, too_large
+from hooks.probe.answer import head_verdict, status_from_body, too_large
 from hooks.probe.failures import describe_failure, timed_out
+from hooks.probe.policy import ProbePolicy
 from hooks.probe.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROBE_DEADLINE, ProberSettings
 from hooks.probe.targets import checked_url
 from hooks.probe.tls import PatroniTLS, TLSContexts

@@ -13,7 +13,6 @@ from typing import Any
 
 from hooks.core import keeping
 from hooks.core.outcome import SyncOutcome
-from hooks.core.probing import probe_targets
 from hooks.core.switchover import spread_resync
 from hooks.domain.members import MemberStatus, ProbeTarget
 from hooks.domain.model import ResyncTiming
@@ -21,6 +20,7 @@ from hooks.domain.observed import Child, Pod
 from hooks.domain.request import SyncRequest
 from hooks.loaders.envelope import load_sync_request
 from hooks.loaders.observed import load_child, load_pod, load_pods
+from hooks.probe.plan import probe_targets
 from hooks.shell.config import AuthSettings
 from hooks.sync import reconcile
 from testbed.fakes.patroni_wire import patroni_body

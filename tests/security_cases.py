@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hooks.core.policy import parse_networks
+from hooks.probe.policy import parse_networks
 
 # ---------------------------------------------------------------- probe policy (pure)
 

@@ -129,7 +129,7 @@ def test_install_then_upgrade_between_values_sets_and_uninstall(
         assert _hook(plane)["image"] == "ghcr.io/adg-io/pg-failover-hook:0.1.0"
         assert get(plane, "clusterrole", "pg-failover-hook-events") is None
         assert get(plane, "compositecontroller", "pg-failover-hook") is not None
-        # What deploy/rotate-credentials.sh token does to the Secret (ops/rotate.py): keys the
+        # What deploy/rotate-credentials.sh token does to the Secret (ops/rotation/): keys the
         # chart does not render, which no upgrade may take away.
         plane.kubectl(
             "patch", "secret", "-n", NAMESPACE, "pg-failover-hook-auth", "--type", "merge",

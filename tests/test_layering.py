@@ -1,24 +1,29 @@
-"""The import contracts in ``pyproject.toml``: one per folder, none weakened, each one biting.
+"""The import contracts in ``pyproject.toml``: the hook's layers, its pure modules, each biting.
 
-``make lint`` runs ``lint-imports`` (import-linter) over the contracts, one per layer: the
-domain (``hooks/domain/``) imports only the standard library's pure modules; the loaders
-(``hooks/loaders/``) the domain and marshmallow; the pure core (``hooks/core/``) the domain;
-the parts (``hooks/parts/``) the core and the domain; ``hooks/sync.py`` the core, the parts
-and the domain; ``hooks/patroni.py`` (the prober) no web framework and no decision; the shell
-(``hooks/shell/``) everything but the kubectl plugin, which (``pgfh_plugin/``) imports no web
-framework, prober or shell. What import-linter cannot check by itself is tested here:
+``make lint`` runs ``lint-imports`` (import-linter) over five contracts:
 
-* that the folders and the contracts match one to one: every folder of ``hooks/`` (and each
-  module left at its top, and the plugin's package) is the one source of exactly one
-  contract whose id is its name, and no contract names anything else, so a new folder or
-  module fails until it is put under a contract;
-* that a contract is not weakened: each keeps what it forbids (the layers above it, the
-  I/O and the settings for the pure layers);
+* ``layers``: the folders of ``hooks/`` are its layers, highest first: the shell; the
+  decision (``hooks/sync.py``) beside the prober (``hooks/patroni.py``); the parts beside
+  the probe step (``hooks/probe/``); the core beside the loaders; the domain. A folder
+  imports only the folders below it, and the folders of one line never import each other.
+  Exhaustive: a new folder or top module fails until it is given its line;
+* ``pure``: the pure modules (the domain, the loaders, the core, the parts, the decision
+  and the probe step's pure half: policy, plan, answer) do no I/O and read no settings;
+* ``prober``: the prober and its machinery talk HTTP to Patroni and nothing else;
+* ``plugin`` and ``hook_without_plugin``: the kubectl plugin imports no web framework,
+  prober or shell, and nothing of the hook imports the plugin.
+
+What import-linter cannot check by itself is tested here:
+
+* that the layers are the ones the design card names, every folder on one line;
+* that a contract is not weakened: the layers keep their order and independence, the pure
+  contract names every pure module and keeps what it forbids;
 * that the tool really fails on a forbidden import: a copy of the tree with one forbidden
   import added must break the contract it names, while the unmodified copy passes (so the
   failure is the added line's, not the copy's);
-* that importing the pure layers loads no forbidden third-party package at run time, which
-  catches what a static reader cannot see (an import inside a dependency).
+* that importing the pure modules loads no forbidden package at run time (marshmallow
+  included, but for the loaders), which catches what a static reader cannot see (an import
+  inside a dependency).
 """
 
 from __future__ import annotations
@@ -39,20 +44,18 @@ from tests.import_contracts import assert_breaks, lint_imports
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = "pgfh_plugin"
 
-#: The pure layers, from the bottom up, and what each must never import besides I/O: every
-#: layer above it (and the ones beside it that it does not build on).
-PURE = {
-    "domain": {"hooks.loaders", "hooks.core", "hooks.parts", "hooks.sync", "hooks.shell"},
-    "loaders": {"hooks.core", "hooks.parts", "hooks.sync", "hooks.shell"},
-    "core": {"hooks.loaders", "hooks.parts", "hooks.sync", "hooks.shell"},
-    "parts": {"hooks.loaders", "hooks.sync", "hooks.shell"},
-    "sync": {"hooks.loaders", "hooks.shell"},
-}
-#: What no pure layer may reach, whatever else its contract adds.
+#: The hook's layers, highest first; ``|`` joins folders that never import each other.
+LAYERS = ["shell", "sync | patroni", "parts | probe", "core | loaders", "domain"]
+#: The pure modules: whole layers, and the probe step's pure half.
+PURE = [
+    "hooks.domain", "hooks.loaders", "hooks.core", "hooks.parts", "hooks.sync",
+    "hooks.probe.policy", "hooks.probe.plan", "hooks.probe.answer",
+]  # fmt: skip
+#: What no pure module may reach.
 PURE_FORBIDS = {
-    "flask", "werkzeug", "gunicorn", "requests", "urllib3", "kubernetes",
-    "hooks.patroni", "hooks.probe", PLUGIN,
-    "os", "posix", "sys", "importlib", "socket", "time", "logging",
+    "flask", "werkzeug", "gunicorn", "requests", "urllib3", "kubernetes", "prometheus_client",
+    PLUGIN, "os", "posix", "nt", "sys", "importlib", "io", "pathlib", "socket", "ssl", "http",
+    "urllib", "subprocess", "threading", "concurrent", "asyncio", "time", "logging",
 }  # fmt: skip
 
 
@@ -70,17 +73,15 @@ def _contracts() -> dict[str, dict[str, Any]]:
     return {contract["id"]: contract for contract in config["contracts"]}
 
 
-def _layers() -> dict[str, str]:
-    """Layer name → its dotted package or module: hooks' folders, its top modules, the plugin."""
+def _folders() -> set[str]:
+    """hooks' folders and the modules at its top, by name."""
     hooks = ROOT / "hooks"
-    layers = {p.name: f"hooks.{p.name}" for p in hooks.iterdir() if (p / "__init__.py").is_file()}
-    layers |= {p.stem: f"hooks.{p.stem}" for p in hooks.glob("*.py") if p.stem != "__init__"}
-    layers[PLUGIN] = PLUGIN
-    return layers
+    names = {p.name for p in hooks.iterdir() if (p / "__init__.py").is_file()}
+    return names | {p.stem for p in hooks.glob("*.py") if p.stem != "__init__"}
 
 
 def _modules(package: str) -> list[str]:
-    """Every module of a layer, dotted (a package by its own name)."""
+    """Every module of a package or module, dotted (a package by its own name)."""
     path = ROOT / package.replace(".", "/")
     if path.with_suffix(".py").is_file():
         return [package]
@@ -91,23 +92,19 @@ def _modules(package: str) -> list[str]:
     return found
 
 
-# ================================================================ one to one
-
-
-def test_the_folders_and_the_contracts_match_one_to_one() -> None:
-    contracts = _contracts()
-    layers = _layers()
-    assert sorted(contracts) == sorted(layers), (
-        f"folders without a contract: {sorted(set(layers) - set(contracts))}; contracts "
-        f"without a folder: {sorted(set(contracts) - set(layers))} (pyproject.toml, "
-        "[tool.importlinter]: one contract per folder of hooks/, id = the folder's name)"
-    )
-    for name, contract in contracts.items():
-        assert contract["source_modules"] == [layers[name]], name
+# ==================================================== the layers the card names
 
 
 def test_the_layers_are_the_ones_the_design_card_names() -> None:
-    assert set(_layers()) == {*PURE, "shell", "patroni", "probe", PLUGIN}
+    layers = _contracts()["layers"]
+    assert layers["type"] == "layers"
+    assert layers["containers"] == ["hooks"]
+    assert layers["layers"] == LAYERS
+    named = {name.strip() for line in LAYERS for name in line.split("|")}
+    assert named == _folders(), (
+        f"folders without a line: {sorted(_folders() - named)}; lines without a folder: "
+        f"{sorted(named - _folders())} (pyproject.toml, the `layers` contract)"
+    )
 
 
 # =============================================================== cannot shrink
@@ -115,27 +112,32 @@ def test_the_layers_are_the_ones_the_design_card_names() -> None:
 
 def test_no_contract_is_weakened() -> None:
     contracts = _contracts()
+    assert sorted(contracts) == ["hook_without_plugin", "layers", "plugin", "prober", "pure"]
     for contract in contracts.values():
-        assert contract["type"] == "forbidden"
         assert contract.get("allow_indirect_imports", False) is False, contract["id"]
         assert contract.get("as_packages", True) is True, contract["id"]
         assert not contract.get("ignore_imports"), contract["id"]
-    for layer, above in PURE.items():
-        forbidden = set(contracts[layer]["forbidden_modules"])
-        assert forbidden >= above | PURE_FORBIDS, (layer, sorted(above | PURE_FORBIDS - forbidden))
-    assert {"marshmallow", "pythonjsonlogger"} <= set(contracts["domain"]["forbidden_modules"])
-    assert "marshmallow" in contracts["core"]["forbidden_modules"]
-    assert set(contracts["shell"]["forbidden_modules"]) == {PLUGIN}
-    assert {"flask", "werkzeug", "gunicorn", "hooks.shell", "hooks.patroni"} <= set(
-        contracts[PLUGIN]["forbidden_modules"]
+    assert contracts["layers"]["exhaustive"] is True
+    assert not contracts["layers"].get("exhaustive_ignores")
+    assert contracts["pure"]["source_modules"] == PURE
+    forbidden = set(contracts["pure"]["forbidden_modules"])
+    assert forbidden >= PURE_FORBIDS, sorted(PURE_FORBIDS - forbidden)
+    assert {"flask", "werkzeug", "gunicorn", "kubernetes", PLUGIN} <= set(
+        contracts["prober"]["forbidden_modules"]
     )
-    # The prober and its machinery are handed their settings: nothing of the shell.
-    assert {"flask", "kubernetes", "hooks.sync", "hooks.shell"} <= set(
-        contracts["patroni"]["forbidden_modules"]
+    assert contracts["prober"]["source_modules"] == ["hooks.patroni", "hooks.probe"]
+    assert {"flask", "werkzeug", "gunicorn", "hooks.shell", "hooks.patroni", "hooks.probe"} <= set(
+        contracts["plugin"]["forbidden_modules"]
     )
-    assert {"flask", "kubernetes", "hooks.sync", "hooks.shell", "hooks.patroni"} <= set(
-        contracts["probe"]["forbidden_modules"]
-    )
+    assert contracts["hook_without_plugin"]["layers"] == [PLUGIN, "hooks"]
+
+
+def test_every_module_of_the_probe_step_is_either_pure_or_the_probers_io() -> None:
+    """hooks/probe/ holds both halves of the probe step; a new module there must say which."""
+    pure = {m for m in PURE if m.startswith("hooks.probe.")}
+    io = {"hooks.probe", "hooks.probe.transport", "hooks.probe.tls", "hooks.probe.targets",
+          "hooks.probe.failures", "hooks.probe.settings"}  # fmt: skip
+    assert set(_modules("hooks.probe")) == pure | io
 
 
 # ================================================================ does fail
@@ -158,23 +160,30 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(
     ("module", "line", "imported", "contract"),
     [
-        ("hooks/domain/model.py", "import flask", "flask", "domain"),
-        ("hooks/domain/model.py", "from hooks.core import routing", "hooks.core.routing", "domain"),
-        ("hooks/domain/members.py", "import marshmallow", "marshmallow", "domain"),
+        ("hooks/domain/model.py", "import flask", "flask", "pure"),
+        ("hooks/domain/model.py", "from hooks.core import routing", "hooks.core.routing",
+         "layers"),
         ("hooks/loaders/envelope.py", "from hooks.core import keeping", "hooks.core.keeping",
-         "loaders"),
+         "layers"),
         ("hooks/core/routing.py", "from hooks.loaders import envelope", "hooks.loaders.envelope",
-         "core"),
-        ("hooks/core/keeping.py", "import time", "time", "core"),
-        ("hooks/sync.py", "import os", "os", "sync"),
-        ("hooks/parts/readonly.py", "from os import environ", "os", "parts"),
-        ("hooks/parts/backup.py", "from hooks.shell import config", "hooks.shell.config", "parts"),
-        ("hooks/patroni.py", "import flask", "flask", "patroni"),
-        ("hooks/patroni.py", "from hooks.shell import config", "hooks.shell.config", "patroni"),
-        ("hooks/probe/tls.py", "from hooks.shell import config", "hooks.shell.config", "probe"),
-        ("hooks/probe/transport.py", "from hooks import patroni", "hooks.patroni", "probe"),
-        ("pgfh_plugin/cli.py", "import flask", "flask", PLUGIN),
-        ("hooks/shell/app.py", "from pgfh_plugin import report", "pgfh_plugin.report", "shell"),
+         "layers"),
+        ("hooks/core/keeping.py", "import time", "time", "pure"),
+        ("hooks/sync.py", "import os", "os", "pure"),
+        ("hooks/sync.py", "from hooks import patroni", "hooks.patroni", "layers"),
+        ("hooks/parts/readonly.py", "from os import environ", "os", "pure"),
+        ("hooks/parts/primary.py", "from hooks.probe import plan", "hooks.probe.plan", "layers"),
+        ("hooks/parts/backup.py", "from hooks.shell import config", "hooks.shell.config",
+         "layers"),
+        ("hooks/probe/plan.py", "import socket", "socket", "pure"),
+        ("hooks/probe/answer.py", "import requests", "requests", "pure"),
+        ("hooks/patroni.py", "import flask", "flask", "prober"),
+        ("hooks/patroni.py", "from hooks.shell import config", "hooks.shell.config", "layers"),
+        ("hooks/probe/tls.py", "from hooks.shell import config", "hooks.shell.config", "layers"),
+        ("hooks/probe/transport.py", "from hooks import patroni", "hooks.patroni", "layers"),
+        ("hooks/probe/transport.py", "import kubernetes", "kubernetes", "prober"),
+        ("pgfh_plugin/cli.py", "import flask", "flask", "plugin"),
+        ("hooks/shell/app.py", "from pgfh_plugin import report", "pgfh_plugin.report",
+         "hook_without_plugin"),
     ],
 )  # fmt: skip
 def test_a_forbidden_import_breaks_the_contract_it_names(
@@ -185,16 +194,19 @@ def test_a_forbidden_import_breaks_the_contract_it_names(
 
 # ============================================================ at run time
 
+#: What importing a pure module must never load, at run time.
+RUNTIME_FORBIDS = (
+    "flask", "werkzeug", "gunicorn", "requests", "urllib3", "kubernetes", "prometheus_client",
+    "hooks.shell", "hooks.patroni", "hooks.probe.transport", "hooks.probe.tls", PLUGIN,
+)  # fmt: skip
 
-def test_importing_the_pure_layers_in_a_fresh_interpreter_loads_no_forbidden_package() -> None:
-    pure = [m for layer in PURE for m in _modules(_layers()[layer])]
-    assert "hooks.core.routing" in pure and "hooks.parts.readonly" in pure
-    third_party = ("flask", "werkzeug", "gunicorn", "requests", "urllib3", "kubernetes")
-    impure = ("hooks.shell", "hooks.patroni", PLUGIN)
+
+def _loaded_by(modules: list[str], forbidden: tuple[str, ...]) -> str:
+    """Which of ``forbidden`` a fresh interpreter has loaded after importing ``modules``."""
     probe = (
         "import importlib, sys\n"
-        f"for m in {pure!r}: importlib.import_module(m)\n"
-        f"bad = [m for m in sys.modules for b in {third_party + impure!r} "
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        f"bad = [m for m in sys.modules for b in {forbidden!r} "
         "if m == b or m.startswith(b + '.')]\n"
         "print(','.join(sorted(bad)))\n"
     )
@@ -207,7 +219,20 @@ def test_importing_the_pure_layers_in_a_fresh_interpreter_loads_no_forbidden_pac
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         check=True,
     )
-    assert result.stdout.strip() == "", f"importing the pure layers loaded: {result.stdout.strip()}"
+    return result.stdout.strip()
+
+
+def test_importing_the_pure_modules_in_a_fresh_interpreter_loads_no_forbidden_package() -> None:
+    but_loaders = [m for p in PURE if p != "hooks.loaders" for m in _modules(p)]
+    assert "hooks.core.routing" in but_loaders and "hooks.probe.plan" in but_loaders
+    loaded = _loaded_by(but_loaders, (*RUNTIME_FORBIDS, "marshmallow"))
+    assert loaded == "", f"importing the pure modules loaded: {loaded}"
+    loaded = _loaded_by(_modules("hooks.loaders"), RUNTIME_FORBIDS)
+    assert loaded == "", f"importing the loaders loaded: {loaded}"
+
+
+def test_the_run_time_check_bites() -> None:
+    assert _loaded_by(["hooks.loaders.schemas"], ("marshmallow",)).startswith("marshmallow,")
 
 
 # ========================================================= parts stand side by side

@@ -2,9 +2,9 @@
 CONTRIBUTING.md, "Mutation testing").
 
 * mutmut mutates exactly the pure core: pyproject.toml's ``[tool.mutmut] only_mutate`` names
-  the same modules as the import-linter contracts of the pure layers (the domain, the
-  loaders, the core, the parts and ``hooks/sync.py``), so a module added to (or split out of)
-  them is mutated too.
+  the same modules as the import-linter contract of the pure modules (``pure``: the domain,
+  the loaders, the core, the parts, ``hooks/sync.py`` and the probe step's pure half), so a
+  module added to (or split out of) them is mutated too.
 * It runs only fast tests: every selected test file exists and none starts the devcluster or
   gunicorn.
 * ``testbed/bench/mutation_score.py`` counts a mutant as killed when a test failed on it, it timed
@@ -43,19 +43,10 @@ def _module_files(module: str) -> set[str]:
     return _files([f"{path}/*.py"])
 
 
-#: The pure layers' import contracts (tests/test_layering.py: one per folder).
-PURE_LAYERS = ("domain", "loaders", "core", "parts", "sync")
-
-
 def test_mutmut_mutates_exactly_the_pure_core() -> None:
     config = _pyproject()["tool"]
     contracts = {c["id"]: c for c in config["importlinter"]["contracts"]}
-    core = {
-        f
-        for layer in PURE_LAYERS
-        for module in contracts[layer]["source_modules"]
-        for f in _module_files(module)
-    }
+    core = {f for module in contracts["pure"]["source_modules"] for f in _module_files(module)}
     mutated = _files(config["mutmut"]["only_mutate"])
     assert mutated == core, (
         f"[tool.mutmut] only_mutate lacks {sorted(core - mutated)} "
@@ -106,7 +97,7 @@ def test_a_module_under_the_threshold_fails_the_target(
 @pytest.mark.parametrize(
     ("module", "pattern"),
     [
-        ("hooks/core/policy.py", "hooks.core.policy.*"),
+        ("hooks/probe/policy.py", "hooks.probe.policy.*"),
         ("hooks/parts/backup.py", "hooks.parts.backup.*"),
         ("hooks/parts/__init__.py", "hooks.parts.x*"),
     ],

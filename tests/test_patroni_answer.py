@@ -1,4 +1,4 @@
-"""hooks.loaders.patroni_answer with plain values: what a member's parsed answer means.
+"""hooks.probe.answer with plain values: what a member's parsed answer means.
 
 Test design: requests parses the HTTP (``tests/test_probes.py`` sends the same answers
 over real sockets); here each rule of the verdict is checked at its edge without any
@@ -16,7 +16,7 @@ import pytest
 
 from hooks.domain.members import MemberStatus, ProbeTarget, ProbeVerdict
 from hooks.domain.model import LEADER_PATHS
-from hooks.loaders.patroni_answer import head_verdict, status_from_body, too_large
+from hooks.probe.answer import head_verdict, status_from_body, too_large
 from testbed.fakes.patroni_wire import patroni_body
 
 TARGET = ProbeTarget(

@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from hooks.core.policy import ProbePolicy, parse_networks
 from hooks.domain.members import MemberStatus, ProbeTarget, ProbeVerdict
 from hooks.patroni import PatroniProber
+from hooks.probe.policy import ProbePolicy, parse_networks
 from hooks.probe.tls import PatroniTLS
 from hooks.shell.app import create_app
 from hooks.shell.config import HookSettings

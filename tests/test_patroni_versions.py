@@ -22,9 +22,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from hooks.core.policy import ProbePolicy, parse_networks, parse_ports
 from hooks.domain.model import ResyncTiming
 from hooks.patroni import PatroniProber
+from hooks.probe.policy import ProbePolicy, parse_networks, parse_ports
 from hooks.shell.app import create_app
 from hooks.shell.config import HookSettings
 from testbed.fakes import patroni as fakes

@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from hooks.core.policy import ProbePolicy, parse_networks, parse_ports
 from hooks.domain.members import ProbeTarget, ProbeVerdict
 from hooks.patroni import PatroniProber
+from hooks.probe.policy import ProbePolicy, parse_networks, parse_ports
 from hooks.probe.tls import PatroniTLS
 from hooks.shell.config import HookSettings
 from testbed.certs import Pair, TestCA

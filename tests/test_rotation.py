@@ -1,4 +1,4 @@
-"""Credential rotation that Metacontroller really picks up (ops/rotate.py).
+"""Credential rotation that Metacontroller really picks up (ops/rotation/).
 
 Run against the stand-in's model of Metacontroller 4.17.2 (testbed/metacontroller/credentials.py):
 the
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ops.rotate import Names, RotationError, Timing, rotate_tls, rotate_token
+from ops.rotation import Names, RotationError, Timing, rotate_tls, rotate_token
 from testbed.metacontroller.credentials import ModelCluster
 from tests.manifest_helpers import rendered
 
@@ -405,7 +405,7 @@ def test_annotating_after_renewals_lets_the_old_certificate_expire(tmp_path: Pat
 # ------------------------------------------------- the kubectl side, against a fake kubectl
 
 FAKE_KUBECTL = r'''#!/usr/bin/env python3
-"""A fake kubectl over a JSON state file: just the calls ops.rotate.KubectlCluster makes.
+"""A fake kubectl over a JSON state file: just the calls ops.rotation.KubectlCluster makes.
 A CompositeController patch records its Metacontroller's Started Event, as it would."""
 import base64, json, os, sys
 STATE = os.environ["FAKE_KUBECTL_STATE"]
@@ -478,16 +478,16 @@ print("unexpected: " + " ".join(args), file=sys.stderr); save(); sys.exit(2)
 '''
 
 
-def test_the_kubectl_commands_of_a_token_rotation(tmp_path: Path, monkeypatch: Any) -> None:
+def fake_kubectl(directory: Path) -> tuple[Path, Path]:
+    """``directory/kubectl`` (the fake above) and its state: two shards of deploy/sharding,
+    someone else's CompositeController, the token Secret with one old token."""
     import json
     import sys
 
-    from ops import rotate
-
-    fake = tmp_path / "kubectl"
+    fake = directory / "kubectl"
     fake.write_text(FAKE_KUBECTL.replace("#!/usr/bin/env python3", f"#!{sys.executable}"))
     fake.chmod(0o755)
-    state_file = tmp_path / "state.json"
+    state_file = directory / "state.json"
     ccs = {c["metadata"]["name"]: c for c in [*shard_manifests()[:2], foreign_manifest()]}
     state_file.write_text(
         json.dumps(
@@ -499,12 +499,21 @@ def test_the_kubectl_commands_of_a_token_rotation(tmp_path: Path, monkeypatch: A
             }
         )
     )
-    monkeypatch.setenv("FAKE_KUBECTL_STATE", str(state_file))
-    real = rotate.KubectlCluster
-    monkeypatch.setattr(rotate, "KubectlCluster", lambda kubectl: real([str(fake)]))
-    monkeypatch.setattr(rotate, "stamp_now", lambda: "20261130T120000Z")
+    return fake, state_file
 
-    assert rotate.main(["token"]) == 0
+
+def test_the_kubectl_commands_of_a_token_rotation(tmp_path: Path, monkeypatch: Any) -> None:
+    import json
+
+    from ops.rotation import cli
+
+    fake, state_file = fake_kubectl(tmp_path)
+    monkeypatch.setenv("FAKE_KUBECTL_STATE", str(state_file))
+    real = cli.KubectlCluster
+    monkeypatch.setattr(cli, "KubectlCluster", lambda kubectl: real([str(fake)]))
+    monkeypatch.setattr(cli, "stamp_now", lambda: "20261130T120000Z")
+
+    assert cli.main(["token"]) == 0
 
     state = json.loads(state_file.read_text())
     for name in ("pg-failover-hook-0", "pg-failover-hook-1"):
@@ -528,16 +537,59 @@ def test_the_kubectl_commands_of_a_token_rotation(tmp_path: Path, monkeypatch: A
     assert patched == ["pg-failover-hook-0", "pg-failover-hook-1"]
     # A second rotation with the same stamp is refused before anything changes.
     calls = len(state["calls"])
-    assert rotate.main(["token"]) == 1
+    assert cli.main(["token"]) == 1
     state = json.loads(state_file.read_text())
     assert not any(c[0] == "patch" for c in state["calls"][calls:])
+
+
+def test_the_operators_script_rotates_with_python3_alone(tmp_path: Path) -> None:
+    """``deploy/rotate-credentials.sh token`` as an operator runs it from a checkout: a
+    ``python3`` that sees the standard library alone (the system one with ``-S``: no site or
+    dist-packages, so not even a distribution's PyYAML; the rotation promises the standard
+    library only), the kubectl it finds on PATH (the fake above), ``python3 -m ops.rotation``
+    found from the script's own directory whatever the working directory."""
+    import json
+    import shutil
+    import subprocess
+
+    python3 = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    assert python3 is not None, "the operator's machine has a python3"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _, state_file = fake_kubectl(bin_dir)
+    wrapper = bin_dir / "python3"  # first on PATH: not the venv's python3
+    wrapper.write_text(f'#!/bin/sh\nexec {python3} -S "$@"\n')
+    wrapper.chmod(0o755)
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "FAKE_KUBECTL_STATE": str(state_file),
+        "HOME": str(tmp_path),
+    }
+    result = subprocess.run(
+        ["sh", str(ROOT / "deploy/rotate-credentials.sh"), "token"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Metacontroller rebuilt 2 controller(s)" in result.stdout, result.stdout
+    state = json.loads(state_file.read_text())
+    data = state["secrets"][f"{NS}/{SECRET}"]
+    (new_key,) = set(data) - {"token"}
+    assert new_key.startswith("token-") and data["token"] == data[new_key]
+    for name in ("pg-failover-hook-0", "pg-failover-hook-1"):
+        entry = state["ccs"][name]["spec"]["endpointConfigs"][0]
+        assert entry["authorization"]["secretRef"]["key"] == new_key
 
 
 def test_the_secret_patch_goes_through_stdin_with_the_real_kubectl(
     control_plane: Any, kube_namespace: str
 ) -> None:
     """The real kubectl reads the patch from --patch-file /dev/stdin (nothing on its argv)."""
-    from ops.kubectl import KubectlCluster
+    from ops.rotation.kubectl import KubectlCluster
 
     kubectl = [
         str(control_plane.binaries.path("kubectl")),

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from hooks.core.policy import ProbePolicy, parse_networks
 from hooks.domain.members import MemberStatus, ProbeTarget
 from hooks.domain.model import ResyncTiming
 from hooks.loaders.envelope import load_sync_request
 from hooks.patroni import PatroniProber
+from hooks.probe.policy import ProbePolicy, parse_networks
 from hooks.shell.app import create_app
 from hooks.shell.config import HookSettings
 from testbed.fakes import patroni as fakes

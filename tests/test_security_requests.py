@@ -23,11 +23,11 @@ from flask.testing import FlaskClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hooks.core.policy import ProbePolicy, describe_ports, parse_networks, parse_ports
-from hooks.core.probing import apply_policy, plan_probes
 from hooks.domain.members import MemberStatus
 from hooks.loaders.envelope import load_sync_request
 from hooks.loaders.jsonbody import bracket_skeleton, nesting_problem
+from hooks.probe.plan import apply_policy, plan_probes
+from hooks.probe.policy import ProbePolicy, describe_ports, parse_networks, parse_ports
 from hooks.probe.targets import target_problem
 from hooks.shell.app import create_app
 from hooks.shell.config import HookSettings

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 
-from hooks.core.policy import ProbePolicy
 from hooks.domain.members import MAX_FIELD_CHARS, MAX_NAME_CHARS, MemberStatus
+from hooks.probe.policy import ProbePolicy
 from testbed.fakes.patroni_wire import patroni_body
 from tests.helpers import make_pod, make_service, run, sync_body
 

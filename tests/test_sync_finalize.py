@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from hooks.core.probing import probe_targets
 from hooks.core.routing import Decision
 from hooks.domain.members import MemberStatus
 from hooks.loaders.envelope import load_sync_request
+from hooks.probe.plan import probe_targets
 from hooks.sync import reconcile
 from testbed.fakes.patroni_wire import patroni_body
 from tests.helpers import (

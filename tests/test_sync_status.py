@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from hooks.core.probing import probe_targets
 from hooks.core.routing import Decision
 from hooks.domain.members import MemberStatus, ProbeTarget
 from hooks.domain.model import LEADER_PATHS
 from hooks.loaders.envelope import load_sync_request
+from hooks.probe.plan import probe_targets
 from testbed.fakes.patroni_wire import patroni_body
 from tests.doubts import DOUBT_IDS, DOUBTS, Doubt
 from tests.helpers import (

@@ -96,7 +96,7 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("hooks/sync.py", "import testbed.certs", "testbed.certs", "product-not-testbed"),
         ("pgfh_plugin/cli.py", "from testbed.fakes import kubeapi", "testbed.fakes.kubeapi",
          "product-not-testbed"),
-        ("ops/chart.py", "from tests import helpers", "tests.helpers", "product-not-testbed"),
+        ("ops/chart/cli.py", "from tests import helpers", "tests.helpers", "product-not-testbed"),
         ("testbed/metacontroller/loop.py", "import tests.helpers", "tests.helpers",
          "testbed-not-tests"),
         ("testbed/bench/common.py", "from tests import doubts", "tests.doubts",

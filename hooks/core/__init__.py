@@ -1,7 +1,9 @@
 """The pure core: the rules of one sync as functions of typed values.
 
-Probe planning and the probe policy, the routing decision, keeping observed children,
-conditions, switchover detection, the child manifests. No I/O, no clock, no settings, no
-loader (``pyproject.toml``, contract ``core``): it reads :mod:`hooks.domain` values only.
+The routing decision, keeping observed children, conditions, switchover detection, the
+child manifests. No I/O, no clock, no settings (``pyproject.toml``, contract ``pure``), no
+loader (contract ``layers``: the core and the loaders stand side by side): it reads
+:mod:`hooks.domain` values only. The probe's policy and plan are the probe step's
+(:mod:`hooks.probe`).
 :mod:`hooks.sync` puts it together with the parts (:mod:`hooks.parts`).
 """

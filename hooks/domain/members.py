@@ -61,7 +61,7 @@ class ProbeVerdict(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ProbeTarget:
-    """One member to ask, and where: built from the Pod's own IP by :mod:`hooks.core.probing`."""
+    """One member to ask, and where: built from the Pod's own IP by :mod:`hooks.probe.plan`."""
 
     pod: str
     url: str

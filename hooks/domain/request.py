@@ -67,7 +67,7 @@ class SyncRequest:
     #: (by UID and generation, 20 minutes) after the parent's labels moved it into this
     #: shard. An empty group is "no Pod matches primarySelector".
     pods_related: bool = True
-    #: The spec is refused by the hook's own limits (:func:`hooks.core.probing.apply_policy`),
+    #: The spec is refused by the hook's own limits (:func:`hooks.probe.plan.apply_policy`),
     #: not by the schema: asked again after ``ResyncTiming.refused``.
     refused_by_policy: bool = False
     #: The parent's ``apiVersion`` and ``kind`` (an Event's ``regarding``).

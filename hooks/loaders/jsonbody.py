@@ -6,7 +6,7 @@ depth limit *before* the parser sees it, and turns every parser error into
 (:mod:`hooks.shell.app`, ``PGFH_MAX_JSON_DEPTH``), a Pod's Patroni ``status`` annotation
 and a child's last-applied record (:mod:`hooks.loaders.observed`: JSON inside strings of
 the request, which the body's own depth check cannot see), and a member's Patroni answer
-(:mod:`hooks.loaders.patroni_answer`). Without the limit, 5,000 nested brackets in an
+(:mod:`hooks.probe.answer`). Without the limit, 5,000 nested brackets in an
 annotation raised ``RecursionError`` and every sync of that cluster answered 500.
 
 Pure: text in, a value or a message out.

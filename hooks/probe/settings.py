@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from hooks.core.policy import ProbePolicy
+from hooks.probe.policy import ProbePolicy
 from hooks.probe.tls import PatroniTLS
 
 #: A probe round's bound by default (``PGFH_PROBE_DEADLINE``): well below the

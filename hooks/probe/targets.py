@@ -7,14 +7,14 @@ import ipaddress
 import urllib3
 from urllib3.util import Url
 
-from hooks.core.policy import ProbePolicy
 from hooks.domain.model import LEADER_PATHS
+from hooks.probe.policy import ProbePolicy
 
 
 def target_problem(url: str, policy: ProbePolicy | None) -> str | None:
     """Why ``url`` must not be requested, or ``None``; nothing is sent for a refused URL.
 
-    Targets are built by :func:`hooks.core.probing.plan_probes` from a Pod IP, the spec's port and
+    Targets are built by :func:`hooks.probe.plan.plan_probes` from a Pod IP, the spec's port and
     a leader path, so none of this should ever trip. It is checked here, on the exact URL
     about to be requested, so that no other code path can make the hook request a
     hostname (DNS, and whatever it resolves to), credentials, a query, or another path.

@@ -5,7 +5,7 @@ hook answer (or merely make it probe) is a caller that matters. Metacontroller 4
 authenticates itself to webhooks in two ways, both resolved from Secrets only when it builds
 the controller for the CompositeController, i.e. when its spec changes or Metacontroller
 starts (``pkg/hooks/auth.go``; an annotation or a changed Secret is not noticed, so rotations
-change the spec: ``ops/rotate.py``):
+change the spec: ``ops/rotation/``):
 
 * ``authorization``: it sends ``Authorization: <type> <value>`` where ``type`` defaults
   to ``Bearer`` and ``value`` is the Secret key's content with surrounding whitespace

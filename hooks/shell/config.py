@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from hooks.core.policy import ProbePolicy, parse_networks, parse_ports
 from hooks.domain.model import ResyncTiming
 from hooks.loaders.jsonbody import MAX_JSON_DEPTH
+from hooks.probe.policy import ProbePolicy, parse_networks, parse_ports
 from hooks.probe.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROBE_DEADLINE
 from hooks.probe.tls import PatroniTLS
 

@@ -18,13 +18,13 @@ from typing import Any
 from hooks import parts
 from hooks.core.cluster_event import event_for
 from hooks.core.outcome import SyncOutcome
-from hooks.core.probing import Prepared, ProbePlan, prepare
 from hooks.core.routing import Decision
 from hooks.core.scope import serves
 from hooks.domain.members import MemberStatus
 from hooks.domain.request import SyncRequest
 from hooks.loaders.envelope import RequestError, load_customize_call, load_sync_request
 from hooks.patroni import Prober
+from hooks.probe.plan import Prepared, ProbePlan, prepare
 from hooks.shell import metrics
 from hooks.shell.config import HookSettings
 from hooks.shell.events import EventEmitter

@@ -2,7 +2,7 @@
 
 mutmut 3 (configured in pyproject.toml's ``[tool.mutmut]``) copies the tree into
 ``mutants/``, mutates the modules named in ``only_mutate`` and runs the fast pure tests
-against each mutant. ``--run`` runs it one module at a time (``mutmut run "hooks.core.policy.*"``,
+against each mutant. ``--run`` runs it one module at a time (``mutmut run "hooks.probe.policy.*"``,
 which re-tests every mutant of the module), each run's output going to
 ``mutants/mutmut-<module>.log``. Then, from mutmut's verdicts in ``mutants/<path>.meta``
 (read with mutmut's own exit-code table), it prints how many of each module's mutants the

@@ -23,7 +23,7 @@ Secret at the pod's own period (a mounted Secret lags behind the API by up to ab
 Client certificates are modelled as values with an expiry (the hook's TLS handshake refuses
 an expired one); cert-manager's renewal rewrites its Secret in place.
 
-:class:`ModelCluster` implements :class:`ops.rotate.Cluster`, so the documented procedure runs
+:class:`ModelCluster` implements :class:`ops.rotation.Cluster`, so the documented procedure runs
 unchanged against it, while the model's Metacontroller keeps calling the hook pods; every call
 is recorded with its verdict.
 """
@@ -40,7 +40,7 @@ from typing import Any
 
 from hooks.shell.auth import Authenticator
 from hooks.shell.config import AuthSettings
-from ops.rotate import EVENT_CREATE_ERROR, EVENT_STARTED, Names, RotationError
+from ops.rotation import EVENT_CREATE_ERROR, EVENT_STARTED, Names, RotationError
 
 EVENT_STOPPED = "Stopped"
 

@@ -54,26 +54,23 @@ what makes a controller depend on the keys this removes.
 
 The procedure talks to the cluster through :class:`Cluster`; :class:`KubectlCluster` runs
 ``kubectl``, and the stand-in's model (``testbed/metacontroller/credentials.py``) runs the same
-procedure
-against a simulated Metacontroller in the tests. Standard library only: run it from a
-checkout with ``deploy/rotate-credentials.sh token`` (or ``tls``).
+procedure against a simulated Metacontroller in the tests. Standard library only: run it from a
+checkout with ``deploy/rotate-credentials.sh token`` (or ``tls``), which runs
+``python3 -m ops.rotation``.
 
-The parts, each a module: what both rotations share (:mod:`ops.rotation`), the token rotation
-(:mod:`ops.rotate_token`), the TLS rotation (:mod:`ops.rotate_tls`), ``kubectl``
-(:mod:`ops.kubectl`); this module is the command line, and every public name of those is
-importable from here, as before.
+The parts, each a module: the :class:`Cluster` interface and the words both rotations use
+(:mod:`ops.rotation.cluster`), reading and re-pointing CompositeControllers
+(:mod:`ops.rotation.controllers`), the token rotation (:mod:`ops.rotation.bearer_token`), the
+TLS rotation (:mod:`ops.rotation.client_tls`), ``kubectl`` (:mod:`ops.rotation.kubectl`) and the
+command line (:mod:`ops.rotation.cli`). Every public name an operator's script or the tests need
+is importable from this package.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-from collections.abc import Sequence
-
-from ops.kubectl import KubectlCluster
-from ops.rotate_tls import rotate_tls
-from ops.rotate_token import rotate_token
-from ops.rotation import (
+from ops.rotation.bearer_token import rotate_token
+from ops.rotation.client_tls import rotate_tls
+from ops.rotation.cluster import (
     EVENT_CREATE_ERROR,
     EVENT_STARTED,
     STABLE_TOKEN_KEY,
@@ -85,6 +82,7 @@ from ops.rotation import (
     Timing,
     stamp_now,
 )
+from ops.rotation.kubectl import KubectlCluster
 
 __all__ = [
     "EVENT_CREATE_ERROR",
@@ -97,58 +95,7 @@ __all__ = [
     "Report",
     "RotationError",
     "Timing",
-    "main",
     "rotate_tls",
     "rotate_token",
     "stamp_now",
 ]
-
-
-# -------------------------------------------------------------------------- CLI
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="rotate-credentials",
-        description="Rotate what Metacontroller presents to pg-failover-hook, as a "
-        "CompositeController spec change (the only change Metacontroller acts on).",
-    )
-    parser.add_argument("--context", help="kubectl context (default: the current one)")
-    sub = parser.add_subparsers(dest="what", required=True)
-    token = sub.add_parser("token", help="a new bearer token (also the first one)")
-    token.add_argument("--keep-old", action="store_true", help="do not remove old token keys")
-    token.add_argument(
-        "--pod-check",
-        choices=("exec", "sleep"),
-        default="exec",
-        help="how to know every hook pod accepts the new token: look for the file with "
-        "kubectl exec (default), or wait a fixed --kubelet-delay",
-    )
-    token.add_argument("--kubelet-delay", type=float, default=Timing.kubelet_delay)
-    tls = sub.add_parser("tls", help="pin the current client certificate and CA (deploy/mtls)")
-    tls.add_argument("--force", action="store_true", help="even if already current")
-    args = parser.parse_args(argv)
-
-    kubectl = ["kubectl"] + (["--context", args.context] if args.context else [])
-    cluster = KubectlCluster(kubectl)
-    try:
-        if args.what == "token":
-            report = rotate_token(
-                cluster,
-                timing=Timing(kubelet_delay=args.kubelet_delay),
-                stamp=stamp_now(),
-                keep_old=args.keep_old,
-                pod_check=args.pod_check,
-            )
-        else:
-            report = rotate_tls(cluster, stamp=stamp_now(), force=args.force)
-    except RotationError as error:
-        print(f"rotate-credentials: {error}", file=sys.stderr)
-        return 1
-    for line in report.steps:
-        print(line)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,5 @@
-"""The rotation's :class:`ops.rotation.Cluster` through ``kubectl``: the only I/O of
-``ops/rotate.py`` (the tests run the same procedure against the stand-in's model)."""
+"""The rotation's :class:`ops.rotation.cluster.Cluster` through ``kubectl``: the only I/O of
+:mod:`ops.rotation` (the tests run the same procedure against the stand-in's model)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ops.rotation import Names, RotationError
+from ops.rotation.cluster import Names, RotationError
 
 
 class KubectlCluster:

@@ -14,7 +14,7 @@ port. This module decides, purely, what is allowed:
 * optionally only addresses inside the cluster's Pod networks (``PGFH_ALLOWED_POD_CIDRS``);
 * at most ``max_members`` probes per request.
 
-Pure: no I/O. :mod:`hooks.core.probing` applies it to each request; :mod:`hooks.patroni` checks
+Pure: no I/O. :mod:`hooks.probe.plan` applies it to each request; :mod:`hooks.patroni` checks
 each target again just before it connects.
 """
 

@@ -1,13 +1,13 @@
 """The ``tls`` rotation (``deploy/mtls``): the current client certificate, key and hook CA pinned
 under stamped keys, every CompositeController that presents them re-pointed, older keys pruned
-(``ops/rotate.py``)."""
+(:mod:`ops.rotation`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from ops.rotation import (
+from ops.rotation.cluster import (
     DEFAULT_NAMES,
     DEFAULT_TIMING,
     Cluster,
@@ -15,13 +15,15 @@ from ops.rotation import (
     Report,
     RotationError,
     Timing,
-    _auth_locations,
-    _get,
-    _name,
-    _pointer,
-    _repoint,
-    _spec,
     stamp_now,
+)
+from ops.rotation.controllers import (
+    auth_locations,
+    controller_name,
+    controller_spec,
+    json_pointer,
+    repoint,
+    value_at,
 )
 
 
@@ -37,7 +39,7 @@ def rotate_tls(
     report = Report()
     stamp = stamp or stamp_now()
     controllers = {
-        _name(cc): (_spec(cc), locations)
+        controller_name(cc): (controller_spec(cc), locations)
         for cc in cluster.compositecontrollers()
         if (locations := _client_tls_locations(cc, names))
     }
@@ -61,7 +63,7 @@ def rotate_tls(
     # what they hold is what Metacontroller loaded. cert-manager's own Secret changes under
     # Metacontroller's feet, so naming it says nothing about what was loaded.
     if not force and all(
-        _get(spec, (*loc, "clientTLS", "secretRef", "name")) == names.client_pinned_secret
+        value_at(spec, (*loc, "clientTLS", "secretRef", "name")) == names.client_pinned_secret
         and _referenced(cluster, spec, loc, names) == (crt, key, ca)
         for spec, locations in controllers.values()
         for loc in locations
@@ -102,9 +104,13 @@ def rotate_tls(
             op
             for loc in locations
             for op in (
-                {"op": "replace", "path": _pointer("spec", *loc, "clientTLS"), "value": new_tls},
+                {
+                    "op": "replace",
+                    "path": json_pointer("spec", *loc, "clientTLS"),
+                    "value": new_tls,
+                },
                 # add replaces an existing member too
-                {"op": "add", "path": _pointer("spec", *loc, "caBundle"), "value": new_ca},
+                {"op": "add", "path": json_pointer("spec", *loc, "caBundle"), "value": new_ca},
             )
         ]
     count = sum(len(locations) for _, locations in controllers.values())
@@ -112,7 +118,7 @@ def rotate_tls(
         f"pointing clientTLS and caBundle of {count} entry(ies) in CompositeController(s) "
         f"{', '.join(patches)} at the copies"
     )
-    _repoint(cluster, timing, patches)
+    repoint(cluster, timing, patches)
     report.changed = True
     report.say(f"Metacontroller rebuilt {len(patches)} controller(s) (Event Started on each)")
 
@@ -130,13 +136,13 @@ def rotate_tls(
 def _client_tls_locations(cc: Mapping[str, Any], names: Names) -> list[tuple[str | int, ...]]:
     """Where ``cc`` presents Metacontroller's client certificate (cert-manager's Secret or
     the pinned copy): a ``clientTLS`` naming another Secret is someone else's."""
-    spec = _spec(cc)
+    spec = controller_spec(cc)
     ours = {names.client_secret, names.client_pinned_secret}
     return [
         loc
-        for loc in _auth_locations(spec)
-        if _get(spec, (*loc, "clientTLS", "secretRef", "name")) in ours
-        and _get(spec, (*loc, "clientTLS", "secretRef", "namespace")) == names.client_namespace
+        for loc in auth_locations(spec)
+        if value_at(spec, (*loc, "clientTLS", "secretRef", "name")) in ours
+        and value_at(spec, (*loc, "clientTLS", "secretRef", "namespace")) == names.client_namespace
     ]
 
 
@@ -144,12 +150,12 @@ def _referenced(
     cluster: Cluster, spec: Mapping[str, Any], loc: tuple[str | int, ...], names: Names
 ) -> tuple[bytes | None, bytes | None, bytes | None]:
     """The certificate, key and CA the entry at ``loc`` makes Metacontroller load."""
-    tls_ = _get(spec, (*loc, "clientTLS")) or {}
+    tls_ = value_at(spec, (*loc, "clientTLS")) or {}
     ref = tls_.get("secretRef") or {}
     data = cluster.secret_data(str(ref.get("namespace", "")), str(ref.get("name", ""))) or {}
     crt = data.get(str(tls_.get("certKey") or "tls.crt"))
     key = data.get(str(tls_.get("privateKeyKey") or "tls.key"))
-    ca_ref = _get(spec, (*loc, "caBundle", "secretRef")) or {}
+    ca_ref = value_at(spec, (*loc, "caBundle", "secretRef")) or {}
     ca_data = (
         cluster.secret_data(str(ca_ref.get("namespace", "")), str(ca_ref.get("name", ""))) or {}
     )

@@ -2,7 +2,7 @@
 
 Only the Pod's own IP literal is ever probed (never a hostname, never an address taken
 from an annotation), on the spec's Patroni port and health path, and only where the
-hook's :class:`~hooks.core.policy.ProbePolicy` allows it. :mod:`hooks.patroni` sends the
+hook's :class:`~hooks.probe.policy.ProbePolicy` allows it. :mod:`hooks.patroni` sends the
 probes; this module only plans them.
 
 Pure: no I/O.
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from hooks.core.policy import ProbePolicy
 from hooks.domain.members import MemberStatus, ProbeTarget
 from hooks.domain.request import SyncRequest
+from hooks.probe.policy import ProbePolicy
 
 
 def apply_policy(request: SyncRequest, policy: ProbePolicy) -> SyncRequest:

@@ -1,5 +1,5 @@
 """The ``token`` rotation: a new bearer token under a new key, accepted by every hook pod, then
-every CompositeController re-pointed at it, then the old keys removed (``ops/rotate.py``)."""
+every CompositeController re-pointed at it, then the old keys removed (:mod:`ops.rotation`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from ops.rotation import (
+from ops.rotation.cluster import (
     DEFAULT_NAMES,
     DEFAULT_TIMING,
     STABLE_TOKEN_KEY,
@@ -17,25 +17,28 @@ from ops.rotation import (
     Report,
     RotationError,
     Timing,
-    _auth_locations,
-    _get,
-    _name,
-    _pointer,
-    _repoint,
-    _spec,
-    _wait,
     stamp_now,
+    wait_until,
+)
+from ops.rotation.controllers import (
+    auth_locations,
+    controller_name,
+    controller_spec,
+    json_pointer,
+    repoint,
+    value_at,
 )
 
 
 def _token_refs(cc: Mapping[str, Any], names: Names) -> list[tuple[str | int, ...]]:
     """Where ``cc`` names the token Secret (``authorization.secretRef``)."""
-    spec = _spec(cc)
+    spec = controller_spec(cc)
     return [
         loc
-        for loc in _auth_locations(spec)
-        if _get(spec, (*loc, "authorization", "secretRef", "name")) == names.token_secret
-        and _get(spec, (*loc, "authorization", "secretRef", "namespace")) == names.hook_namespace
+        for loc in auth_locations(spec)
+        if value_at(spec, (*loc, "authorization", "secretRef", "name")) == names.token_secret
+        and value_at(spec, (*loc, "authorization", "secretRef", "namespace"))
+        == names.hook_namespace
     ]
 
 
@@ -49,7 +52,7 @@ def rotate_token(
     keep_old: bool = False,
     pod_check: str = "exec",
 ) -> Report:
-    """Rotate (or set for the first time) the bearer token; see the module docstring."""
+    """Rotate (or set for the first time) the bearer token; the steps: :mod:`ops.rotation`."""
     report = Report()
     token = token if token is not None else secrets.token_hex(32)
     if len(token) < 16 or not all(33 <= ord(c) <= 126 for c in token):
@@ -59,7 +62,7 @@ def rotate_token(
     ns, secret = names.hook_namespace, names.token_secret
 
     controllers = {
-        _name(cc): (cc, refs)
+        controller_name(cc): (cc, refs)
         for cc in cluster.compositecontrollers()
         if (refs := _token_refs(cc, names))
     }
@@ -87,7 +90,7 @@ def rotate_token(
             have, total = cluster.hook_pods_with_file(names, path)
             return total > 0 and have == total
 
-        _wait(
+        wait_until(
             cluster, timing.pods_timeout, timing.poll, every_pod_has_it, f"{path} in every hook pod"
         )
         report.say(f"every running hook pod has {path}")
@@ -98,8 +101,8 @@ def rotate_token(
     for name, (cc, refs) in sorted(controllers.items()):
         patch: list[dict[str, Any]] = []
         for loc in refs:
-            path_ = _pointer("spec", *loc, "authorization", "secretRef", "key")
-            old = _get(_spec(cc), (*loc, "authorization", "secretRef", "key"))
+            path_ = json_pointer("spec", *loc, "authorization", "secretRef", "key")
+            old = value_at(controller_spec(cc), (*loc, "authorization", "secretRef", "key"))
             patch.append({"op": "test", "path": path_, "value": old})
             patch.append({"op": "replace", "path": path_, "value": new_key})
         patches[name] = patch
@@ -108,7 +111,7 @@ def rotate_token(
         f"pointing {count} authorization.secretRef(s) at key {new_key} in "
         f"CompositeController(s) {', '.join(patches)}"
     )
-    _repoint(cluster, timing, patches)
+    repoint(cluster, timing, patches)
     report.changed = True
 
     # 4. Metacontroller rebuilt every controller: each sends the new token now.
@@ -117,10 +120,10 @@ def rotate_token(
     # A CompositeController applied meanwhile (a new shard, deploy/ re-applied) may still
     # send an old key: removing it, or rewriting "token", would lock it out.
     behind = sorted(
-        _name(cc)
+        controller_name(cc)
         for cc in cluster.compositecontrollers()
         for loc in _token_refs(cc, names)
-        if _get(_spec(cc), (*loc, "authorization", "secretRef", "key")) != new_key
+        if value_at(controller_spec(cc), (*loc, "authorization", "secretRef", "key")) != new_key
     )
     if behind:
         raise RotationError(
