@@ -160,8 +160,8 @@ else
 	@echo "make image: no Docker daemon answers ($(DOCKER) info) and neither buildah nor podman is installed: start Docker, or apt-get install -y buildah"; exit 1
 endif
 
-bench: $(STAMP) ## measure failovers against the real cluster (python -m testbed.bench.failover)
-	$(BIN)/python -m testbed.bench.failover
+bench: $(STAMP) ## measure failovers against the real cluster (python -m testbed.bench.failover_patroni)
+	$(BIN)/python -m testbed.bench.failover_patroni
 
 # Mutation testing of the pure core (mutmut 3; not in CI, not in `make test`): CONTRIBUTING.md,
 # "Mutation testing". The modules are pyproject.toml's [tool.mutmut] only_mutate; each is run

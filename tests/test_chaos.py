@@ -1,8 +1,8 @@
 """The short chaos run in CI: a few failovers with a client writing through "the Service".
 
 The full run (>= 20 failovers mixing SIGKILLs, graceful stops and switchovers) is the
-benchmark script ``python -m testbed.bench.failover --failovers 21``; this short version skips the
-SIGKILL (each costs the 20 s leader-lock TTL, covered once in tests/test_failover.py) and
+benchmark script ``python -m testbed.bench.failover_patroni --failovers 21``; this short version
+skips the SIGKILL (each costs the 20 s leader-lock TTL, covered once in tests/test_failover.py) and
 checks the same invariants on the session's real cluster: no hook call fails, the Service
 never selects two pods and is never dropped, no write lands on a non-leader, and after each
 promotion the Service follows within the bound the issue sets (2.5 s).
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.bench.failover import run_on
+from testbed.bench.failover_patroni import run_on
 from testbed.metacontroller.gunicorn import GunicornHook
 from testbed.metacontroller.harness import Rig
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from testbed.bench.client_rig import client_rig
-from testbed.bench.downtime import Timeline, client_figures
-from testbed.bench.failover_kube import first_selector
+from testbed.bench.downtime_figures import Timeline, client_figures
+from testbed.bench.failover_kube_figures import first_selector
 from testbed.kubernetes import ControlPlane
 from testbed.kubernetes.kube_proxy import MODES
 from testbed.metacontroller.gunicorn import GunicornHook

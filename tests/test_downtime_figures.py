@@ -1,10 +1,11 @@
-"""The client downtime figures (testbed/bench/downtime.py) from hand-made timelines and records."""
+"""The client downtime figures (testbed/bench/downtime_figures.py) from hand-made timelines and
+records."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from testbed.bench.downtime import Timeline, client_figures, client_table, hop_table
+from testbed.bench.downtime_figures import Timeline, client_figures, client_table, hop_table
 
 OLD, NEW = "127.0.0.2", "127.0.0.3"
 TIMELINE = Timeline(

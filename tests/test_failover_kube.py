@@ -23,18 +23,16 @@ import pytest
 
 from hooks.domain.model import DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS
 from hooks.shell.config import HookSettings
-from testbed.bench.failover import KINDS
 from testbed.bench.failover_kube import (
     KUBERNETES_FIRST_IP,
     Bench,
-    KubeFailover,
-    RunResult,
     benchmark_rig,
-    report,
     run_on,
     settle,
     status_of,
 )
+from testbed.bench.failover_kube_figures import KubeFailover, RunResult, report
+from testbed.bench.failover_patroni import KINDS
 from testbed.kubernetes import ControlPlane
 from testbed.metacontroller.gunicorn import GunicornHook
 from testbed.metacontroller.harness import rig_hook

@@ -1,7 +1,7 @@
-"""The pure parts of ``testbed.bench.failover_kube`` that replace what the Metacontroller stand-in
-used to record: when the cluster's next scheduled resync was due, and the hook's own count of
-its calls. Both must be right on a real Metacontroller, which records nothing for the
-benchmark."""
+"""The pure parts of ``testbed.bench.failover_kube`` (``testbed.bench.failover_kube_figures``)
+that replace what the Metacontroller stand-in used to record: when the cluster's next scheduled
+resync was due, and the hook's own count of its calls. Both must be right on a real
+Metacontroller, which records nothing for the benchmark."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from hooks.core.switchover import spread_resync
 from hooks.domain.model import DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS, ResyncTiming
-from testbed.bench.failover_kube import call_counts, next_slot, resync_period
+from testbed.bench.failover_kube_figures import call_counts, next_slot, resync_period
 
 KEY = "0b7f3c9e-6a55-4a8e-9a55-0d1c2b3a4f5e"
 

@@ -1,7 +1,7 @@
-"""testbed/bench/fleet.py: the Metacontroller queue model, and a short real fleet run (smoke).
+"""testbed/bench/fleet/: the Metacontroller queue model, and a short real fleet run (smoke).
 
 The model's pieces are checked against the semantics read in Metacontroller v4.17.2 and
-client-go (module docstring of testbed/bench/fleet.py); the fleet runs are on a virtual clock
+client-go (module docstring of testbed/bench/fleet/table.py); the fleet runs are on a virtual clock
 (deterministic, seeded), except the smoke run, which drives real hook pods under gunicorn
 against the fake fleet and checks only that every switchover was followed.
 """
@@ -16,8 +16,9 @@ from typing import TypeVar
 
 import pytest
 
-from testbed.bench import fleet
-from testbed.bench.fleet import (
+from testbed.bench.fleet.model import EVENTLESS, POD_CHANGING, Result, run_modelled
+from testbed.bench.fleet.real_hook import run_real
+from testbed.bench.fleet.settings import (
     SHIPPED,
     SHIPPED_POLICY,
     TODAY,
@@ -27,10 +28,10 @@ from testbed.bench.fleet import (
     Mix,
     Policy,
     Row,
-    TokenBucket,
-    VirtualLoop,
-    WorkQueue,
+    recommended,
+    steady_rate,
 )
+from testbed.bench.fleet.virtual_queue import TokenBucket, VirtualLoop, WorkQueue
 
 T = TypeVar("T")
 #: A hook service time for the modelled runs (the bench measures it; tests need no hook).
@@ -146,8 +147,8 @@ def test_token_bucket_allows_the_burst_then_the_rate() -> None:
 # ------------------------------------------------------------------- fleet runs
 
 
-def _run(row: Row) -> fleet.Result:
-    return fleet.run_modelled(row, LATENCIES, CPU)
+def _run(row: Row) -> Result:
+    return run_modelled(row, LATENCIES, CPU)
 
 
 def test_one_install_serves_about_q_times_r_clusters() -> None:
@@ -157,27 +158,27 @@ def test_one_install_serves_about_q_times_r_clusters() -> None:
     small = _run(Row("small", 25, mc, TODAY_MODEL_POLICY, polled, duration=60, switchovers=20))
     big = _run(Row("big", 200, mc, TODAY_MODEL_POLICY, polled, duration=60, switchovers=60))
     assert small.api_per_second < 40 and big.api_per_second == pytest.approx(50, abs=1)
-    assert small.lag(fleet.EVENTLESS, 0.9) < 1.5
-    assert 3.0 < big.lag(fleet.EVENTLESS, 0.9) < 5.0  # 200 / 50 = a 4 s cycle
+    assert small.lag(EVENTLESS, 0.9) < 1.5
+    assert 3.0 < big.lag(EVENTLESS, 0.9) < 5.0  # 200 / 50 = a 4 s cycle
 
 
 def test_shipped_settings_serve_200_polled_clusters_within_2_s_at_p90() -> None:
     polled = Mix(polled=1.0)
     today = _run(Row("today", 200, TODAY, TODAY_MODEL_POLICY, polled, duration=60))
     shipped = _run(Row("shipped", 200, SHIPPED, SHIPPED_POLICY, polled, duration=60))
-    assert today.lag(fleet.EVENTLESS, 0.9) > 2.0
-    assert shipped.lag(fleet.EVENTLESS, 0.9) <= 2.0
+    assert today.lag(EVENTLESS, 0.9) > 2.0
+    assert shipped.lag(EVENTLESS, 0.9) <= 2.0
     assert shipped.api_per_second <= SHIPPED.qps
 
 
 def test_a_resync_period_is_a_burst_that_delays_pod_events() -> None:
-    mc, policy, pods, threads = fleet.recommended(1000)
+    mc, policy, pods, threads = recommended(1000)
     row = Row(
         "r", 1000, mc, policy, hook_pods=pods, hook_threads=threads, duration=200, switchovers=150
     )
     without = _run(replace(row, mc=replace(mc, resync_period=None)))
     every_minute = _run(replace(row, mc=replace(mc, resync_period=60.0)))
-    assert without.lag(fleet.POD_CHANGING, 0.99) < every_minute.lag(fleet.POD_CHANGING, 0.99)
+    assert without.lag(POD_CHANGING, 0.99) < every_minute.lag(POD_CHANGING, 0.99)
 
 
 def test_after_every_hook_pod_was_down_only_the_resync_period_bounds_recovery() -> None:
@@ -221,7 +222,7 @@ def test_recommended_5000_meets_the_api_targets_and_the_lag_targets_with_phase_s
     restart and p99 sits around 1 s (0.75-1.16 s over three seeds; docs/scale.md). Both
     without the recommended ``resyncPeriodSeconds``, whose bursts cost this p99 on their
     own (the next test)."""
-    mc, policy, pods, threads = fleet.recommended(5000)
+    mc, policy, pods, threads = recommended(5000)
     assert mc.resync_period == 60.0, "the safety net is recommended at every size"
     mc = replace(mc, resync_period=None)
     assert policy.spread, "the hook always spreads its healthy resyncs"
@@ -229,14 +230,14 @@ def test_recommended_5000_meets_the_api_targets_and_the_lag_targets_with_phase_s
         "rec", 5000, mc, policy, hook_pods=pods, hook_threads=threads, duration=90, switchovers=200
     )
     plain = _run(replace(row, policy=replace(policy, spread=False)))
-    assert plain.lag(fleet.EVENTLESS, 0.99) <= policy.poll + 1.0
+    assert plain.lag(EVENTLESS, 0.99) <= policy.poll + 1.0
     assert plain.api_per_second <= 1000 and plain.api_peak <= mc.shards * (mc.qps + mc.burst)
     assert mc.shards * (mc.qps + mc.burst) <= 1000
     assert not any(plain.unfinished.values())
     spread = _run(row)
-    assert spread.lag(fleet.POD_CHANGING, 0.99) <= 1.0
-    assert spread.lag(fleet.EVENTLESS, 0.99) <= policy.poll + 1.0
-    assert spread.lag(fleet.POD_CHANGING, 0.99) < plain.lag(fleet.POD_CHANGING, 0.99)
+    assert spread.lag(POD_CHANGING, 0.99) <= 1.0
+    assert spread.lag(EVENTLESS, 0.99) <= policy.poll + 1.0
+    assert spread.lag(POD_CHANGING, 0.99) < plain.lag(POD_CHANGING, 0.99)
     assert spread.api_peak < plain.api_peak
 
 
@@ -244,15 +245,15 @@ def test_the_recommended_resync_period_costs_5000_clusters_a_burst_per_period() 
     """The safety net's price at 5,000 clusters (docs/scale.md): each tick queues every
     parent of a shard at once, so a Pod event that lands in the burst waits for it to
     drain: about N_shard / (qps - steady rate) s; the steady API rate grows by N / period."""
-    mc, policy, pods, threads = fleet.recommended(5000)
+    mc, policy, pods, threads = recommended(5000)
     row = Row(
         "rec", 5000, mc, policy, hook_pods=pods, hook_threads=threads, duration=150, switchovers=200
     )
     with_net = _run(row)
     without = _run(replace(row, mc=replace(mc, resync_period=None)))
-    drain = 1000 / (mc.qps - fleet.steady_rate(1000, Mix(), policy.poll))
-    assert without.lag(fleet.POD_CHANGING, 0.99) < with_net.lag(fleet.POD_CHANGING, 0.99)
-    assert with_net.lag(fleet.POD_CHANGING, 1.0) <= drain + 2.0
+    drain = 1000 / (mc.qps - steady_rate(1000, Mix(), policy.poll))
+    assert without.lag(POD_CHANGING, 0.99) < with_net.lag(POD_CHANGING, 0.99)
+    assert with_net.lag(POD_CHANGING, 1.0) <= drain + 2.0
     extra = with_net.api_per_second - without.api_per_second
     assert 0 < extra <= 1.5 * 5000 / 60.0
     assert not any(with_net.unfinished.values())
@@ -260,11 +261,11 @@ def test_the_recommended_resync_period_costs_5000_clusters_a_burst_per_period() 
 
 def test_recommended_poll_fits_the_budget() -> None:
     for n in (100, 1000, 5000):
-        mc, policy, pods, threads = fleet.recommended(n)
-        assert fleet.steady_rate(n, Mix(), policy.poll) <= 0.6 * mc.qps * mc.shards
+        mc, policy, pods, threads = recommended(n)
+        assert steady_rate(n, Mix(), policy.poll) <= 0.6 * mc.qps * mc.shards
         # Every worker of every install finds a hook thread, even when all wait 2 s.
         assert pods * 2 * threads >= mc.shards * mc.workers
-    assert fleet.recommended(100)[1].poll == 1.0
+    assert recommended(100)[1].poll == 1.0
 
 
 # ------------------------------------------------------------ the real smoke run
@@ -284,10 +285,10 @@ def test_real_fleet_smoke_run_follows_every_switchover() -> None:
         switchovers=10,
         seed=3,
     )
-    result, latencies = fleet.run_real(row)
+    result, latencies = run_real(row)
     assert result.hook_errors == 0
     assert latencies, "no sync reached the hook"
-    lags = result.lags[fleet.POD_CHANGING] + result.lags[fleet.EVENTLESS]
+    lags = result.lags[POD_CHANGING] + result.lags[EVENTLESS]
     assert len(lags) >= 5 and not any(result.unfinished.values())
     assert all(lag >= 0 and math.isfinite(lag) for lag in lags)
     assert result.hook_cpu_per_sync > 0

@@ -1,7 +1,8 @@
-"""testbed/bench/fleet_kube.py's pure parts (layouts, the switchover plan, lags, arguments, the
-work queue's figures) and the fleet model's Metacontroller cost (testbed/bench/fleet_settings.py
+"""The pure parts of the fleet on the real control plane (testbed/bench/fleet/kube_objects.py:
+layouts, the switchover plan; kube_figures.py: lags, the work queue's figures; on_kube.py: the
+arguments) and the fleet model's Metacontroller cost (testbed/bench/fleet/settings.py
 ``MetacontrollerCost``). Light: no control plane, no process; the harness itself runs by hand
-(``python -m testbed.bench.fleet_kube``, docs/scale.md)."""
+(``python -m testbed.bench.fleet.on_kube``, docs/scale.md)."""
 
 from __future__ import annotations
 
@@ -10,22 +11,18 @@ from dataclasses import replace
 
 import pytest
 
-from testbed.bench import fleet, fleet_kube
-from testbed.bench.fleet_kube import (
-    EVENTLESS,
-    POD_EVENT,
+from testbed.bench.fleet import kube_figures, kube_objects, model, on_kube
+from testbed.bench.fleet.kube_figures import (
     Lags,
     lag_summary,
-    namespace_of,
-    namespaces,
-    parse_args,
     percentile,
-    plan,
     queue_line,
     syncs_asked,
     workqueue_figures,
 )
-from testbed.bench.fleet_settings import (
+from testbed.bench.fleet.kube_objects import EVENTLESS, POD_EVENT, namespace_of, namespaces, plan
+from testbed.bench.fleet.on_kube import parse_args
+from testbed.bench.fleet.settings import (
     SHIPPED,
     Metacontroller,
     MetacontrollerCost,
@@ -61,9 +58,9 @@ def test_an_unknown_layout_is_refused_by_name() -> None:
 
 
 def test_a_member_pod_is_selected_by_its_parents_primary_selector_only() -> None:
-    pod = fleet_kube.member_pod(7, 1, "ns", leader=0, churn=False)
-    own = fleet_kube.parent(7, "ns", 40000, 1.0)["spec"]["primarySelector"]
-    other = fleet_kube.parent(8, "ns", 40001, 1.0)["spec"]["primarySelector"]
+    pod = kube_objects.member_pod(7, 1, "ns", leader=0, churn=False)
+    own = kube_objects.parent(7, "ns", 40000, 1.0)["spec"]["primarySelector"]
+    other = kube_objects.parent(8, "ns", 40001, 1.0)["spec"]["primarySelector"]
     labels = pod["metadata"]["labels"]
     assert own.items() <= labels.items()
     assert not other.items() <= labels.items()
@@ -71,13 +68,15 @@ def test_a_member_pod_is_selected_by_its_parents_primary_selector_only() -> None
 
 
 def test_with_churn_the_pods_carry_patronis_role_label_and_status_annotation() -> None:
-    leader = fleet_kube.member_pod(3, 0, "ns", leader=0, churn=True)
-    replica = fleet_kube.member_pod(3, 2, "ns", leader=0, churn=True)
+    leader = kube_objects.member_pod(3, 0, "ns", leader=0, churn=True)
+    replica = kube_objects.member_pod(3, 2, "ns", leader=0, churn=True)
     assert leader["metadata"]["labels"]["role"] == "primary"
     assert replica["metadata"]["labels"]["role"] == "replica"
     status = json.loads(replica["metadata"]["annotations"]["status"])
     assert status["role"] == "replica" and status["state"] == "running"
-    assert fleet_kube.status_annotation("primary", 1) != fleet_kube.status_annotation("primary", 2)
+    assert kube_objects.status_annotation("primary", 1) != kube_objects.status_annotation(
+        "primary", 2
+    )
 
 
 # ------------------------------------------------------------------ the plan and the lags
@@ -141,9 +140,9 @@ def test_arguments_default_to_a_small_run_of_the_shipped_period(
         1.0,
         False,
     )
-    assert fleet_kube.resync_period(args) == 60  # metacontroller/compositecontroller.yaml
-    assert fleet_kube.resync_period(parse_args(["--resync-period", "0"])) is None
-    assert fleet_kube.resync_period(parse_args(["--resync-period", "300"])) == 300
+    assert on_kube.resync_period(args) == 60  # metacontroller/compositecontroller.yaml
+    assert on_kube.resync_period(parse_args(["--resync-period", "0"])) is None
+    assert on_kube.resync_period(parse_args(["--resync-period", "300"])) == 300
 
 
 @pytest.mark.parametrize(
@@ -211,7 +210,7 @@ TOP_CUM = "\n".join(
 
 
 def test_the_profiles_functions_are_read_per_sync() -> None:
-    costs = fleet_kube.profiled_costs(TOP_CUM, syncs=4000)
+    costs = kube_figures.profiled_costs(TOP_CUM, syncs=4000)
     assert costs["sync"] == pytest.approx((10.21, 2.5525))
     assert costs["related Pods listed"] == pytest.approx((4.85, 1.2125))
     assert costs["claim children"] == pytest.approx((0.19, 0.0475))
@@ -250,13 +249,13 @@ def _row(
 
 
 def test_without_a_cost_metacontroller_is_free_as_before() -> None:
-    result = fleet.run_modelled(_row(100, None), LATENCIES, CPU)
+    result = model.run_modelled(_row(100, None), LATENCIES, CPU)
     assert result.mc_cores == 0.0
 
 
 def test_the_modelled_cpu_is_syncs_times_the_cost_of_the_namespaces_listing() -> None:
-    one = fleet.run_modelled(_row(200, COST), LATENCIES, CPU)
-    spread = fleet.run_modelled(_row(200, COST, namespaces=100), LATENCIES, CPU)
+    one = model.run_modelled(_row(200, COST), LATENCIES, CPU)
+    spread = model.run_modelled(_row(200, COST, namespaces=100), LATENCIES, CPU)
     assert one.mc_cores == pytest.approx(one.syncs_per_second * COST.sync_cpu(600), rel=0.05)
     assert spread.mc_cores == pytest.approx(spread.syncs_per_second * COST.sync_cpu(6), rel=0.05)
     assert spread.mc_cores < one.mc_cores / 2
@@ -266,11 +265,11 @@ def test_pod_events_wait_for_the_one_handler_that_walks_every_parent() -> None:
     """Busy Kubernetes-DCS clusters (every Pod patched every 10 s): with a walk that
     costs more than the events' spacing the handler falls behind, and a Pod-changing
     switchover's event waits behind the others, as measured on the real binary."""
-    cheap = fleet.run_modelled(_row(500, COST, mix=BUSY), LATENCIES, CPU)
+    cheap = model.run_modelled(_row(500, COST, mix=BUSY), LATENCIES, CPU)
     slow_walk = replace(COST, per_parent_walked=40e-6)  # 20 ms a walk > 6.7 ms between events
-    slow = fleet.run_modelled(_row(500, slow_walk, mix=BUSY), LATENCIES, CPU)
-    assert cheap.lag(fleet.POD_CHANGING, 0.5) < 0.1
-    assert slow.lag(fleet.POD_CHANGING, 0.5) > 1.0
+    slow = model.run_modelled(_row(500, slow_walk, mix=BUSY), LATENCIES, CPU)
+    assert cheap.lag(model.POD_CHANGING, 0.5) < 0.1
+    assert slow.lag(model.POD_CHANGING, 0.5) > 1.0
     assert slow.mc_cores > cheap.mc_cores
 
 
@@ -278,8 +277,8 @@ def test_a_shard_walks_only_its_own_parents() -> None:
     slow_walk = replace(COST, per_parent_walked=40e-6)
     one = _row(500, slow_walk, mix=BUSY)
     sharded = replace(one, mc=replace(one.mc, shards=5))
-    result = fleet.run_modelled(sharded, LATENCIES, CPU)
-    assert result.lag(fleet.POD_CHANGING, 0.5) < 0.1
+    result = model.run_modelled(sharded, LATENCIES, CPU)
+    assert result.lag(model.POD_CHANGING, 0.5) < 0.1
 
 
 def test_metacontroller_flags_default_to_no_cost() -> None:
@@ -291,11 +290,11 @@ def test_the_model_row_has_the_runs_settings_and_the_calibrated_cost(
 ) -> None:
     monkeypatch.delenv("PGFH_METACONTROLLER_BINARY", raising=False)
     args = parse_args(["--clusters", "1000", "--poll", "5", "--layout", "100-namespaces"])
-    row = fleet_kube.model_row(args, 60)
+    row = on_kube.model_row(args, 60)
     assert (row.n, row.namespaces, row.policy.poll, row.mc.resync_period) == (1000, 100, 5.0, 60)
     assert row.mc.cost is not None and row.mc.cost.per_listed > 0
     assert row.mix.polled == 1.0
-    churn = fleet_kube.model_row(parse_args(["--dcs-churn"]), None)
+    churn = on_kube.model_row(parse_args(["--dcs-churn"]), None)
     assert (churn.mix.polled, churn.mix.busy, churn.mc.resync_period) == (0.0, 1.0, None)
     assert parse_args(["--pprof", "--model-only"]).model_only  # no binary needed
 
@@ -304,8 +303,8 @@ def test_on_shared_cores_metacontroller_and_the_hook_serve_fewer_syncs() -> None
     """A 2-core benchmark machine: Metacontroller's listing at 1,000 clusters in one
     namespace takes cores the hook then lacks, so fewer syncs are served than asked."""
     row = replace(_row(1000, COST), policy=Policy(poll=4.0, from_reply=False, spread=True))
-    own = fleet.run_modelled(row, LATENCIES, CPU)  # 1.75 cores Metacontroller, 1 the hook
-    shared = fleet.run_modelled(replace(row, shared_cores=2), LATENCIES, CPU)
+    own = model.run_modelled(row, LATENCIES, CPU)  # 1.75 cores Metacontroller, 1 the hook
+    shared = model.run_modelled(replace(row, shared_cores=2), LATENCIES, CPU)
     assert own.syncs_per_second > 0.95 * 250  # 250 asked
     assert shared.syncs_per_second < 0.8 * own.syncs_per_second
 
@@ -322,5 +321,5 @@ def test_api_requests_are_counted_per_sync_by_method() -> None:
     )
     after = workqueue_figures(text)
     assert after["api:GET"] == 310
-    assert fleet_kube.api_per_sync({"api:GET": 110.0}, after, 100) == "GET 2.00, PUT 0.50"
-    assert fleet_kube.api_per_sync({}, {}, 100) == "n/a"
+    assert kube_figures.api_per_sync({"api:GET": 110.0}, after, 100) == "GET 2.00, PUT 0.50"
+    assert kube_figures.api_per_sync({}, {}, 100) == "n/a"

@@ -19,7 +19,8 @@ import pytest
 import requests
 
 from testbed.bench.common import encode
-from testbed.bench.load import OK, measure, report
+from testbed.bench.load import measure, report
+from testbed.bench.load_run import OK
 from testbed.bench.spread import GoTransport, run_mode
 from testbed.bench.stages import measure as stages_measure
 from testbed.metacontroller.apply import check_reply

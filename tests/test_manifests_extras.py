@@ -522,8 +522,9 @@ def test_metacontroller_helm_values() -> None:
     ):
         assert default in args, default
     flags = dict(a.split("=", 1) for a in args if "=" in a)
-    # The flags are the ones testbed/bench/fleet.py measured as the shipped settings (issue 11).
-    from testbed.bench.fleet import SHIPPED
+    # The flags are the ones testbed/bench/fleet/table.py measured as the shipped settings
+    # (issue 11).
+    from testbed.bench.fleet.settings import SHIPPED
 
     assert int(flags["--workers"]) == SHIPPED.workers
     assert float(flags["--client-go-qps"]) == SHIPPED.qps

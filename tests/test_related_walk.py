@@ -1,9 +1,9 @@
-"""The pure parts of ``testbed/bench/related_walk.py`` (the churn's timeline), without a control
-plane."""
+"""The pure parts of ``testbed/bench/related_walk.py`` (the churn's timeline, in
+``related_walk_figures.py``), without a control plane."""
 
 from __future__ import annotations
 
-from testbed.bench.related_walk import metrics_url, timeline_lines
+from testbed.bench.related_walk_figures import metrics_url, timeline_lines
 
 
 def _point(t: float, patches: int, mc: float) -> tuple[float, int, dict[str, float]]:

@@ -4,7 +4,7 @@ A planned switchover on an etcd or Consul DCS changes no Kubernetes object, so o
 ``resyncAfterSeconds`` brings the sync that follows it (the *polled* mode; the cluster's
 ``spec.switchover.pollSeconds``, else the operator's ``PGFH_RESYNC_HEALTHY_SECONDS``).
 Polling every cluster every second is what stops a Metacontroller install from
-scaling past about fifty clusters (docs/scale.md, testbed/bench/fleet.py), so a cluster whose
+scaling past about fifty clusters (docs/scale.md, testbed/bench/fleet/table.py), so a cluster whose
 member Pods change on every switchover may be looked at far less often (the *event-driven* mode,
 ``spec.switchover.eventDrivenResyncSeconds``): the Pod change itself triggers the sync.
 
@@ -236,7 +236,7 @@ def spread_resync(period: float, key: str, now: float) -> float:
     half periods); from then on each resync is about one period, so a fleet synced all at
     once spreads evenly over one period and stays spread. The half-period floor keeps a
     cluster that happens to be just before its slot from being synced twice in a row.
-    ``testbed/bench/fleet.py`` models the fleet with this very function.
+    ``testbed/bench/fleet/model.py`` models the fleet with this very function.
     """
     digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
     slot = int.from_bytes(digest) / 2**64 * period  # big-endian, the default

@@ -2,8 +2,8 @@
 
 Usage (root; it starts the real cluster, so take the lock)::
 
-    flock /tmp/pgfh-realcluster.lock .venv/bin/python -m testbed.bench.client_downtime --failovers
-    21
+    flock /tmp/pgfh-realcluster.lock .venv/bin/python -m testbed.bench.client_downtime \\
+        --failovers 21
     ... --kinds switchover --failovers 3          # quick, no TTL waits
 
     PGFH_METACONTROLLER_BINARY=/path/to/metacontroller ...   # a real Metacontroller
@@ -24,14 +24,14 @@ kube-proxy (nftables mode, or iptables) in a network namespace of this run
 * ``pgbouncer-checked``: PgBouncer with transaction pooling and a server check that fails on a
   member in recovery (:mod:`testbed.bench.pgbouncer`).
 
-Per failover (SIGKILL, graceful stop, planned switchover, cycled): the trigger, Patroni's
-promotion, the primary Service's selector on the new leader (a watch: the hook's reply as
-Metacontroller wrote it, whichever Metacontroller runs), the EndpointSlice listing only the
-new leader (a watch), kube-proxy's rules sending
-only to it (read back from the namespace's netfilter every 50 ms), and per client the figures
-of :mod:`testbed.bench.downtime`. After a window of ``--window`` seconds past the rules' move, the
-namespace's connections left on the old leader are counted and terminated, so that the next
-failover starts clean. Tables in Markdown on stdout (and JSON with ``--json``).
+Per failover (SIGKILL, graceful stop, planned switchover, cycled): the trigger, Patroni's promotion,
+the primary Service's selector on the new leader (a watch: the hook's reply as Metacontroller wrote
+it, whichever Metacontroller runs), the EndpointSlice listing only the new leader (a watch),
+kube-proxy's rules sending only to it (read back from the namespace's netfilter every 50 ms), and
+per client the figures of :mod:`testbed.bench.downtime_figures`. After a window of ``--window``
+seconds past the rules' move, the namespace's connections left on the old leader are counted and
+terminated, so that the next failover starts clean. Tables in Markdown on stdout (and JSON with
+``--json``).
 """
 
 from __future__ import annotations
@@ -50,8 +50,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from testbed.bench.client_rig import CLIENT_PATHS, ClientRig, client_rig
-from testbed.bench.downtime import ClientFigures, Timeline, client_figures, client_table, hop_table
-from testbed.bench.failover_kube import controller_line, first_selector
+from testbed.bench.downtime_figures import (
+    ClientFigures,
+    Timeline,
+    client_figures,
+    client_table,
+    hop_table,
+)
+from testbed.bench.failover_kube_figures import controller_line, first_selector
 from testbed.bench.writers import terminate_namespace_backends
 from testbed.kubernetes import ControlPlane, start_control_plane
 from testbed.kubernetes.accounts import metacontroller_kubeconfig

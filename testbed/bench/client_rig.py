@@ -4,10 +4,8 @@ A client network namespace (:mod:`testbed.kubernetes.netns`) with kube-proxy in 
 (:mod:`testbed.kubernetes.kube_proxy`) programming the primary Service's ClusterIP from the real
 EndpointSlice; optionally PgBouncer in the same namespace pooling towards the ClusterIP
 (:mod:`testbed.bench.pgbouncer`); the writer processes (:mod:`testbed.bench.client_writer`) and the
-members'
-view of their connections (:class:`testbed.bench.writers.ConnectionSampler`). Shared by the
-benchmark
-(:mod:`testbed.bench.client_downtime`) and its short test, so both measure the same thing.
+members' view of their connections (:class:`testbed.bench.writers.ConnectionSampler`). Shared by the
+benchmark (:mod:`testbed.bench.client_downtime`) and its short test, so both measure the same thing.
 """
 
 from __future__ import annotations

@@ -27,6 +27,10 @@ the probes' lag, and the start-up drain (the initial Pod adds × parents).
     flock /tmp/pgfh-heavy.lock env PGFH_METACONTROLLER_BINARY=/path/to/metacontroller \\
         python -m testbed.bench.related_walk --parents 1000 --rate 40 --seconds 20 \\
         --shapes labels,ns-labels,names,no-service,shard-aware
+
+The parts: the shapes, the bench hook and the fleet (:mod:`testbed.bench.related_walk_rig`), what
+is measured and printed (:mod:`testbed.bench.related_walk_figures`); this module runs the churn
+and each shape's Metacontroller.
 """
 
 from __future__ import annotations
@@ -36,405 +40,48 @@ import itertools
 import json
 import os
 import random
-import re
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from functools import partial
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import requests
 
 from hooks.core.scope import serves
 from hooks.loaders.envelope import load_customize_call
-from hooks.shell.handler import handle_customize
+from testbed.bench.common import cpu_seconds
+from testbed.bench.related_walk_figures import (
+    ShapeResult,
+    hook_errors,
+    machine_sample,
+    metrics_url,
+    timeline_lines,
+    wait_quiet,
+    walk_seconds,
+)
+from testbed.bench.related_walk_rig import (
+    CC_PATH,
+    SHAPES,
+    SHARD_LABEL,
+    BenchHook,
+    Fleet,
+    create_fleet,
+    customize_answer,
+    parent_object,
+)
 from testbed.kubernetes import ControlPlane, start_control_plane
 from testbed.kubernetes.rest import KubeApiError, KubeRest, resource_path
 from testbed.metacontroller.gunicorn import free_port
-from testbed.metacontroller.kube_rig import patroni_pod
 from testbed.metacontroller.kube_setup import MANAGER, apply_crds, local_controller
 from testbed.metacontroller.metacontroller_binary import (
     ENV_BINARY,
     MetacontrollerBinary,
     command_args,
 )
-
-PARENT_API = "adg.io/v1alpha1"
-PARENTS = "postgresqlclusters"
-CC_PATH = "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers"
-SHARD_LABEL = "pg-failover-hook.adg.io/shard"
-#: The customize-reply shapes measured (see :func:`customize_answer`).
-SHAPES = ("labels", "ns-labels", "names", "no-service", "shard-aware")
-
-
-# ------------------------------------------------------------------ the shapes (pure)
-
-
-def customize_answer(shape: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    """The customize reply of ``shape`` for a request ``body``.
-
-    * ``labels``: what the product sent before this change (member Pods by label, without a
-      namespace; the Service by name in the parent's namespace);
-    * ``ns-labels``: the shipped rules (:func:`hooks.parts.related_rules`: the label rule
-      scoped to the parent's namespace), answered for every parent;
-    * ``names``: member Pods by ``names`` + namespace (the bench's Pods are ``<cluster>-0..2``);
-    * ``no-service``: ``labels`` without the Service rule;
-    * ``shard-aware``: the shipped handler (:func:`hooks.shell.handler.handle_customize`):
-      ``ns-labels`` for parents the calling CompositeController serves, none for others.
-    """
-    if shape == "shard-aware":
-        return handle_customize(body, request_id="bench").body
-    _, spec, uid, scope = load_customize_call(body)
-    shipped = handle_customize({**body, "controller": None}, request_id="bench").body[
-        "relatedResources"
-    ]
-    parent = body["parent"]["metadata"]
-    if spec is None:
-        return {"relatedResources": []}
-    pods = {"apiVersion": "v1", "resource": "pods"}
-    service = {"apiVersion": "v1", "resource": "services", "names": [spec.service_name]}
-    service["namespace"] = parent["namespace"]
-    selector = {"matchLabels": dict(spec.primary_selector)}
-    rules: list[dict[str, Any]]
-    if shape == "ns-labels":
-        rules = list(shipped)
-    elif shape == "labels":
-        rules = [{**pods, "labelSelector": selector}, service]
-    elif shape == "no-service":
-        rules = [{**pods, "labelSelector": selector}]
-    elif shape == "names":
-        names = [f"{parent['name']}-{i}" for i in range(3)]
-        rules = [{**pods, "names": names, "namespace": parent["namespace"]}, service]
-    else:
-        raise ValueError(f"unknown shape {shape!r}")
-    del uid, scope
-    return {"relatedResources": rules}
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-# ------------------------------------------------------------------ the bench hook
-
-
-@dataclass
-class BenchHook:
-    """``/customize`` answers ``shape``; ``/sync`` answers at once and records arrivals."""
-
-    shape: str = "labels"
-    port: int = field(default_factory=free_port)
-    syncs: dict[str, list[float]] = field(default_factory=dict)
-    customizes: int = 0
-    answers: dict[tuple[str, object, object], dict[str, Any]] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    server: ThreadingHTTPServer | None = None
-
-    def start(self) -> BenchHook:
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                return
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length))
-                if self.path.startswith("/customize"):
-                    meta = body["parent"]["metadata"]
-                    key = (hook.shape, meta.get("uid"), meta.get("generation"))
-                    with hook.lock:
-                        hook.customizes += 1
-                        reply = hook.answers.get(key)
-                    if reply is None:
-                        # Memoized: Metacontroller calls customize from the event handler
-                        # with a 2 s timeout, and this bench hook shares a GIL with the
-                        # patchers; the product's own answer is a few hundred µs.
-                        reply = customize_answer(hook.shape, body)
-                        with hook.lock:
-                            hook.answers[key] = reply
-                else:
-                    meta = body["parent"]["metadata"]
-                    with hook.lock:
-                        hook.syncs.setdefault(meta["name"], []).append(time.monotonic())
-                    reply = {"status": {}, "children": []}
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        class Server(ThreadingHTTPServer):
-            request_queue_size = 1024  # Metacontroller's 64 workers connect at once
-
-        self.server = Server(("127.0.0.1", self.port), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-
-    def synced(self) -> int:
-        with self.lock:
-            return len(self.syncs)
-
-    def first_sync_after(self, name: str, since: float) -> float | None:
-        with self.lock:
-            return next((t for t in self.syncs.get(name, ()) if t >= since), None)
-
-
-# ------------------------------------------------------------------ the fleet
-
-
-def parent_object(name: str, namespace: str, shard: int) -> dict[str, Any]:
-    return {
-        "apiVersion": PARENT_API,
-        "kind": "PostgreSQLCluster",
-        "metadata": {"name": name, "namespace": namespace, "labels": {SHARD_LABEL: str(shard)}},
-        "spec": {
-            "primarySelector": {"application": "patroni", "cluster-name": name},
-            "serviceRef": {"name": f"{name}-primary"},
-            "healthCheckPath": "/primary",
-        },
-    }
-
-
-def pod_object(name: str, namespace: str, labels: Mapping[str, str]) -> dict[str, Any]:
-    """An unscheduled Pod (no kubelet runs it: only its labels and changes matter here)."""
-    return patroni_pod(name, namespace, labels, node=None, readiness=False)
-
-
-@dataclass(frozen=True)
-class Fleet:
-    parents: int
-    namespaces: int
-    bystanders: int
-    shards: int
-
-    def namespace(self, i: int) -> str:
-        return f"walk-{i % self.namespaces}"
-
-    def members(self) -> list[tuple[str, str, str]]:
-        """(namespace, pod, cluster) of every member Pod."""
-        return [
-            (self.namespace(i), f"pg-{i}-{m}", f"pg-{i}")
-            for i in range(self.parents)
-            for m in range(3)
-        ]
-
-    def bystander_pods(self) -> list[tuple[str, str]]:
-        return [(self.namespace(i), f"other-{i}") for i in range(self.bystanders)]
-
-
-def _retrying(call: Callable[[], object], tries: int = 50) -> None:
-    for _ in range(tries):
-        try:
-            call()
-            return
-        except KubeApiError as error:
-            if error.status == 409 and "already exists" in error.message:
-                return
-            if error.status not in (403, 404, 409, 429, 500):
-                raise
-            time.sleep(0.2)
-    call()
-
-
-def create_fleet(rest_pool: Sequence[KubeRest], fleet: Fleet) -> None:
-    for n in range(fleet.namespaces):
-        namespace = {"metadata": {"name": f"walk-{n}"}}
-        _retrying(partial(rest_pool[0].create, "/api/v1/namespaces", namespace))
-    posts: list[tuple[str, dict[str, Any]]] = []
-    for ns, pod, cluster in fleet.members():
-        labels = {"application": "patroni", "cluster-name": cluster}
-        posts.append((resource_path("v1", "pods", ns), pod_object(pod, ns, labels)))
-    for ns, pod in fleet.bystander_pods():
-        body = pod_object(pod, ns, {"application": "other"})
-        posts.append((resource_path("v1", "pods", ns), body))
-    for i in range(fleet.parents):
-        ns = fleet.namespace(i)
-        body = parent_object(f"pg-{i}", ns, i % fleet.shards)
-        posts.append((resource_path(PARENT_API, PARENTS, ns), body))
-    _run_jobs(rest_pool, posts)
-
-
-def _run_jobs(rest_pool: Sequence[KubeRest], posts: Sequence[tuple[str, dict[str, Any]]]) -> None:
-    def run(k: int) -> None:
-        path, body = posts[k]
-        _retrying(partial(rest_pool[k % len(rest_pool)].create, path, body))
-
-    with ThreadPoolExecutor(len(rest_pool)) as pool:
-        for future in [pool.submit(run, k) for k in range(len(posts))]:
-            future.result()
-
-
-# ------------------------------------------------------------------ measuring
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def metrics_url(args: Sequence[str]) -> str | None:
-    """Metacontroller's /metrics from its ``--metrics-address`` argument."""
-    for arg in args:
-        if arg.startswith("--metrics-address="):
-            return f"http://{arg.split('=', 1)[1]}/metrics"
-    return None
-
-
-#: Go runtime figures of Metacontroller's /metrics sampled each second of a churn.
-GO_METRICS = ("go_gc_duration_seconds_sum", "go_gc_duration_seconds_count", "go_goroutines")
-
-
-def machine_sample(pid: int, url: str | None) -> dict[str, float]:
-    """Metacontroller's CPU, this bench process's CPU (patchers, probes and the bench hook
-    share its GIL), the load average, and Go's GC totals: cumulative, diffed per slice."""
-    out = {
-        "mc_cpu": cpu_seconds(pid),
-        "bench_cpu": time.process_time(),
-        "load1": os.getloadavg()[0],
-    }
-    if url:
-        try:
-            text = requests.get(url, timeout=0.5).text
-        except requests.RequestException:
-            return out
-        for line in text.splitlines():
-            name, _, value = line.partition(" ")
-            if name in GO_METRICS:
-                out[name] = float(value)
-    return out
-
-
-def timeline_lines(
-    timeline: Sequence[tuple[float, int, Mapping[str, float]]],
-    offsets: Sequence[float],
-    lags: Sequence[float],
-    patch_seconds: Sequence[float] = (),
-    slice_s: float = 10.0,
-) -> list[str]:
-    """Per ``slice_s`` of the churn: patches/s reached, Metacontroller's and the bench's
-    cores, GC pause and cycles, the load, and the probes' lag max there, with the longest
-    time the API server took to answer a probe's PATCH (pure)."""
-    out = []
-    i = 0
-    while i < len(timeline):
-        t0, n0, a = timeline[i]
-        j = next(
-            (k for k in range(i + 1, len(timeline)) if timeline[k][0] >= t0 + slice_s - 0.5), None
-        )
-        if j is None:
-            break
-        t1, n1, b = timeline[j]
-        span = t1 - t0
-        in_slice = [lag for at, lag in zip(offsets, lags, strict=True) if t0 <= at < t1]
-        answered = [d for at, d in zip(offsets, patch_seconds, strict=False) if t0 <= at < t1]
-        diff = {key: b.get(key, 0.0) - a.get(key, 0.0) for key in b}
-        out.append(
-            f"{t0:5.1f}-{t1:5.1f} s: patches {(n1 - n0) / span:5.0f}/s, "
-            f"MC {diff.get('mc_cpu', 0.0) / span:.2f} core, "
-            f"bench {diff.get('bench_cpu', 0.0) / span:.2f} core, "
-            f"GC {diff.get('go_gc_duration_seconds_count', 0.0):.0f} cycles "
-            f"{diff.get('go_gc_duration_seconds_sum', 0.0) * 1000:.1f} ms paused, "
-            f"goroutines {b.get('go_goroutines', 0.0):.0f}, load {b.get('load1', 0.0):.1f}, "
-            f"probes {len(in_slice)} lag max {max(in_slice, default=float('nan')):.3f} s"
-            + (f" (PATCH answered within {max(answered):.3f} s)" if answered else "")
-        )
-        i = j
-    return out
-
-
-def hook_errors(log: Path) -> int:
-    """Metacontroller's "Unhandled Error" lines so far (a hook call failed or timed out)."""
-    try:
-        return log.read_text(errors="replace").count('"msg":"Unhandled Error"')
-    except FileNotFoundError:
-        return 0
-
-
-def wait_quiet(pid: int, limit: float, idle: float = 0.05) -> float:
-    """Seconds until the process uses under ``idle`` of a core over 2 s (bounded)."""
-    started = time.monotonic()
-    while time.monotonic() - started < limit:
-        before = cpu_seconds(pid)
-        time.sleep(2.0)
-        if cpu_seconds(pid) - before < idle * 2.0:
-            return time.monotonic() - started
-    return float("nan")
-
-
-def walk_seconds(profile: Path, go: str = "go") -> float | None:
-    """CPU seconds in ``findRelatedParents`` (cumulative) in a pprof CPU profile."""
-    out = subprocess.run(
-        [go, "tool", "pprof", "-top", "-cum", "-nodefraction=0", str(profile)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    ).stdout
-    for line in out.splitlines():
-        if "findRelatedParents" in line and "func" not in line.split()[-1][:4]:
-            cum = line.split()[3]
-            return _seconds(cum)
-    return None
-
-
-def _seconds(text: str) -> float:
-    match = re.fullmatch(r"([\d.]+)(ms|s|us|µs|min)?", text)
-    if not match:
-        return float("nan")
-    value = float(match.group(1))
-    return value * {"ms": 1e-3, "us": 1e-6, "µs": 1e-6, "min": 60.0}.get(match.group(2) or "s", 1.0)
-
-
-@dataclass
-class ShapeResult:
-    shape: str
-    startup_drain: float
-    events: int
-    seconds: float
-    cpu_per_event_ms: float
-    walk_per_parent_event_us: float | None
-    lag: list[float]
-    lost: int
-    errors: int = 0
-    serving: int = 0
-
-    def line(self, parents: int) -> str:
-        lag = self.lag
-        walk = (
-            "n/a"
-            if self.walk_per_parent_event_us is None
-            else f"{self.walk_per_parent_event_us:.2f}"
-        )
-        return (
-            f"{self.shape:12} parents={parents} served={self.serving} "
-            f"start-drain={self.startup_drain:6.1f}s "
-            f"events={self.events} ({self.events / self.seconds:.0f}/s) "
-            f"MC CPU/event={self.cpu_per_event_ms:.3f} ms  walk/parent/event={walk} us  "
-            f"lag p50/p90/p99/max={percentile(lag, 0.5):.3f}/{percentile(lag, 0.9):.3f}/"
-            f"{percentile(lag, 0.99):.3f}/{max(lag, default=float('nan')):.3f} s "
-            f"(probes {len(lag)}, not synced {self.lost}; hook errors {self.errors})"
-        )
-
 
 _FLIPS = itertools.count()
 

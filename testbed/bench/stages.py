@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 from flask import Flask, Response, request
 
 from testbed.bench.common import encode, recorded_body, steady_body
-from testbed.bench.load import run_load
+from testbed.bench.load_run import run_load
 from testbed.fakes.patroni_fast import LEADER, REPLICA, fake_members
 from testbed.metacontroller.gunicorn import gunicorn_hook
 

@@ -11,7 +11,8 @@ Rows (each with the goal the hook was built to):
   (goal ≥ 400 syncs/s);
 * memory of one hook pod (RSS and PSS of gunicorn's master + workers) after warm-up and
   after the load run;
-* routing lag: ``python -m testbed.bench.failover`` (real failovers followed by the real hook).
+* routing lag: ``python -m testbed.bench.failover_patroni`` (real failovers followed by the real
+  hook).
 
 "Side by side": the two series of a ratio are sampled alternately (one of each per
 round), so both see the same machine. A sync is the full round trip Metacontroller sees
@@ -370,7 +371,7 @@ def markdown(rows: Sequence[Row]) -> str:
     lines += [f"| {r.measure} | {r.value} | {r.goal} | {r.verdict} |" for r in rows]
     lines.append(
         "| routing lag (failover → Service on the new leader) | "
-        "see `python -m testbed.bench.failover` | | |"
+        "see `python -m testbed.bench.failover_patroni` | | |"
     )
     return "\n".join(lines)
 

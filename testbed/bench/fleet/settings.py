@@ -2,15 +2,15 @@
 mix, one table row, the modelled API server's latencies, and the presets (today's settings, the
 shipped ones, what docs/scale.md recommends for N clusters, the table's rows).
 
-Pure: no clock, no I/O (``python -m testbed.bench.fleet`` runs them; :mod:`testbed.bench.fleet` has
-the model's
-sources in Metacontroller).
+Pure: no clock, no I/O (``python -m testbed.bench.fleet.table`` runs them;
+:mod:`testbed.bench.fleet.table` has the model's sources in Metacontroller).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 #: Modelled API server: latency of a GET and a PUT (s), and of a watch event after a write.
 API_GET = 0.002
@@ -28,7 +28,7 @@ PROBE_DEADLINE = 2.0
 @dataclass(frozen=True)
 class MetacontrollerCost:
     """Metacontroller's own CPU, calibrated on the real binary (v4.17.2,
-    ``testbed.bench.fleet_kube``
+    ``testbed.bench.fleet.on_kube``
     on the real control plane, with its CPU profile). Per sync it lists the parent's related
     Pods from its informer cache by namespace and label selector
     (``pkg/controller/common/customize/manager.go`` ``GetRelatedObjects``:
@@ -54,13 +54,12 @@ class MetacontrollerCost:
         return self.per_parent_walked * parents
 
 
-#: Metacontroller v4.17.2 on this project's 2-core machine, fitted to ``testbed.bench.fleet_kube``
-#: runs
-#: of the real binary and their CPU profiles (docs/scale.md, "Metacontroller's own CPU"): CPU
-#: per sync 3.06 ms with 600 Pods in the namespace (200 clusters) and 6.89 - 1.54 ms (the
-#: Pod handler's share taken out) with 3,000 (1,000 clusters): ~0.95 us per Pod of the
-#: namespace visited by the related-Pods listing, ~2.5 ms for the rest of a sync; and with
-#: Patroni's Kubernetes-DCS churn over 1,000 parents in 100 namespaces, ``findRelatedParents``
+#: Metacontroller v4.17.2 on this project's 2-core machine, fitted to
+#: ``testbed.bench.fleet.on_kube`` runs of the real binary and their CPU profiles (docs/scale.md,
+#: "Metacontroller's own CPU"): CPU per sync 3.06 ms with 600 Pods in the namespace (200 clusters)
+#: and 6.89 - 1.54 ms (the Pod handler's share taken out) with 3,000 (1,000 clusters): ~0.95 us per
+#: Pod of the namespace visited by the related-Pods listing, ~2.5 ms for the rest of a sync; and
+#: with Patroni's Kubernetes-DCS churn over 1,000 parents in 100 namespaces, ``findRelatedParents``
 #: took 11.4 s of CPU for ~2,100 Pod events in the 30 s profile: ~5.4 ms an event, 5.4 us per
 #: parent walked.
 V4_17_2_COST = MetacontrollerCost(sync_base=0.0025, per_listed=0.95e-6, per_parent_walked=5.4e-6)
@@ -220,6 +219,14 @@ def recommended(n: int, mix: Mix = Mix()) -> tuple[Metacontroller, Policy, int, 
     return mc, policy, pods, threads
 
 
+def recommended_row(label: str, n: int, duration: float, switchovers: int, **changes: Any) -> Row:
+    """A row of ``n`` clusters at :func:`recommended`'s settings (Metacontroller's flags, the
+    policy, the hook pods and threads); ``changes``: any other field of :class:`Row`."""
+    mc, policy, pods, threads = recommended(n)
+    row = Row(label, n, mc, policy, hook_pods=pods, hook_threads=threads)
+    return replace(row, duration=duration, switchovers=switchovers, **changes)
+
+
 def full_rows(duration: float, switchovers: int) -> list[Row]:
     """The table's modelled rows: today's settings (and hook) and the recommended settings
     (with today's hook, whose healthy resyncs are phase-spread) for 50, 500 and 5,000 clusters
@@ -230,92 +237,24 @@ def full_rows(duration: float, switchovers: int) -> list[Row]:
         rows.append(
             Row("today", n, TODAY, TODAY_MODEL_POLICY, duration=duration, switchovers=switchovers)
         )
-        mc, policy, pods, threads = recommended(n)
         # At 5,000 the tail depends on where the random 30-min cache flushes and the clump
         # fall: three seeds.
         for seed in (11, 12, 13) if n == 5000 else (11,):
-            rows.append(
-                Row(
-                    "recommended" + (f" (seed {seed})" if n == 5000 else ""),
-                    n,
-                    mc,
-                    policy,
-                    hook_pods=pods,
-                    hook_threads=threads,
-                    duration=duration,
-                    switchovers=switchovers,
-                    seed=seed,
-                )
-            )
+            label = "recommended" + (f" (seed {seed})" if n == 5000 else "")
+            rows.append(recommended_row(label, n, duration, switchovers, seed=seed))
     for n in (100, 1000):  # the sizes docs/scale.md gives settings for
-        mc, policy, pods, threads = recommended(n)
-        rows.append(
-            Row(
-                "recommended",
-                n,
-                mc,
-                policy,
-                hook_pods=pods,
-                hook_threads=threads,
-                duration=duration,
-                switchovers=switchovers,
-            )
-        )
-    mc, policy, pods, threads = recommended(5000)
+        rows.append(recommended_row("recommended", n, duration, switchovers))
+    policy = recommended(5000)[1]
     for seed in (11, 12, 13):
-        rows.append(
-            Row(
-                f"recommended, fixed healthy resync (the hook before phase-spread) (seed {seed})",
-                5000,
-                mc,
-                replace(policy, spread=False),
-                hook_pods=pods,
-                hook_threads=threads,
-                duration=duration,
-                switchovers=switchovers,
-                seed=seed,
-            )
-        )
-    rows.append(
-        Row(
-            "worst: switchovers within 10 s after the 30-min cache-flush burst",
-            5000,
-            mc,
-            policy,
-            hook_pods=pods,
-            hook_threads=threads,
-            duration=75.0,
-            flush_at=30.0,
-            burst_window=10.0,
-            switchovers=switchovers,
-        )
-    )
-    rows.append(
-        Row(
-            "worst: all 5,000 on etcd (polled), recommended flags and poll",
-            5000,
-            mc,
-            policy,
-            mix=Mix(polled=1.0),
-            hook_pods=pods,
-            hook_threads=threads,
-            duration=duration,
-            switchovers=switchovers,
-        )
-    )
-    rows.append(
-        Row(
-            "worst: a node lost, 10 % of clusters with a member that never answers",
-            5000,
-            mc,
-            policy,
-            mix=Mix(hung=0.1),
-            hook_pods=pods,
-            hook_threads=threads,
-            duration=duration,
-            switchovers=switchovers,
-        )
-    )
+        label = f"recommended, fixed healthy resync (the hook before phase-spread) (seed {seed})"
+        spread = replace(policy, spread=False)
+        rows.append(recommended_row(label, 5000, duration, switchovers, policy=spread, seed=seed))
+    worst = "worst: switchovers within 10 s after the 30-min cache-flush burst"
+    rows.append(recommended_row(worst, 5000, 75.0, switchovers, flush_at=30.0, burst_window=10.0))
+    worst = "worst: all 5,000 on etcd (polled), recommended flags and poll"
+    rows.append(recommended_row(worst, 5000, duration, switchovers, mix=Mix(polled=1.0)))
+    worst = "worst: a node lost, 10 % of clusters with a member that never answers"
+    rows.append(recommended_row(worst, 5000, duration, switchovers, mix=Mix(hung=0.1)))
     rows.append(
         Row(
             "worst: all 5,000 on etcd, polled every 1 s, today's flags",

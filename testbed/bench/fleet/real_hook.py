@@ -15,8 +15,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from testbed.bench.fleet_model import Cluster, Fleet, Reply, Result, _result
-from testbed.bench.fleet_settings import Metacontroller, Policy, Row
+from testbed.bench.fleet.model import Cluster, Fleet, Reply, Result, _result
+from testbed.bench.fleet.settings import Metacontroller, Policy, Row
 
 
 class RealHook:

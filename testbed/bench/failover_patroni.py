@@ -2,10 +2,10 @@
 
 Usage (from the repo root, with the project's venv)::
 
-    python -m testbed.bench.failover                 # 12 failovers: graceful, kill, switchover x 4
-    python -m testbed.bench.failover --failovers 21  # the chaos run (>= 20 failovers)
-    python -m testbed.bench.failover --kinds graceful,switchover --failovers 4   # quick, no TTL
-    waits
+    python -m testbed.bench.failover_patroni                # 12: graceful, kill, switchover x 4
+    python -m testbed.bench.failover_patroni --failovers 21 # the chaos run (>= 20 failovers)
+    python -m testbed.bench.failover_patroni --kinds graceful,switchover --failovers 4
+    # (quick, no TTL waits)
 
 Each failover is one of:
 
@@ -52,6 +52,7 @@ from typing import Any, Protocol
 
 import requests
 
+from testbed.bench.stats import p50_p95_max
 from testbed.metacontroller.gunicorn import credentials_for, gunicorn_hook
 from testbed.metacontroller.harness import SERVICE, Rig, start_rig
 from testbed.patroni import PatroniCluster
@@ -286,14 +287,6 @@ def sync_vs_direct_probe(rig: Rig, hook_url: str, rounds: int = 200) -> dict[str
     }
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
-
-
 def summarize(failovers: list[Failover]) -> list[str]:
     lines = [
         "| failover | n | Patroni promotion p50 / max (s) | routing lag p50 / p95 / max (s) |",
@@ -307,7 +300,7 @@ def summarize(failovers: list[Failover]) -> list[str]:
         lag = [f.routing_lag for f in chosen]
         lines.append(
             f"| {kind} | {len(chosen)} | {statistics.median(promo):.2f} / {max(promo):.2f} | "
-            f"{statistics.median(lag):.3f} / {percentile(lag, 0.95):.3f} / {max(lag):.3f} |"
+            f"{p50_p95_max(lag)} |"
         )
     return lines
 

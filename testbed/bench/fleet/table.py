@@ -1,6 +1,6 @@
 """Fleet benchmark: N Patroni clusters behind one Metacontroller queue.
 
-Run ``python -m testbed.bench.fleet`` for the full table (``--help`` for single rows). What it
+Run ``python -m testbed.bench.fleet.table`` for the full table (``--help`` for single rows). What it
 models is Metacontroller v4.17.2, as read in its source (paths in its repository):
 
 * One work queue per CompositeController: client-go's rate-limiting FIFO without
@@ -42,11 +42,11 @@ the same run). The API server is always modelled: a GET takes ``API_GET`` second
 The lag of a switchover is measured from the moment the new leader answers 200 on the
 health path to the moment Metacontroller's Service PUT selecting it returns.
 
-The benchmark's parts, each a module: the inputs and presets (:mod:`testbed.bench.fleet_settings`),
-the virtual clock and client-go's queue and bucket (:mod:`testbed.bench.fleet_clientgo`), the fleet
-model (:mod:`testbed.bench.fleet_model`), the real hook pods (:mod:`testbed.bench.fleet_real`); this
-module
-prints the table and runs them. Every name they define is importable from here, as before.
+The benchmark's parts, each a module of ``testbed/bench/fleet/``: the inputs and presets
+(:mod:`~testbed.bench.fleet.settings`), the virtual clock and client-go's queue and bucket
+(:mod:`~testbed.bench.fleet.virtual_queue`), the fleet model (:mod:`~testbed.bench.fleet.model`),
+the real hook pods (:mod:`~testbed.bench.fleet.real_hook`); this module prints the table and runs
+them.
 """
 
 from __future__ import annotations
@@ -62,93 +62,17 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from testbed.bench.fleet_clientgo import TokenBucket, VirtualLoop, WorkQueue
-from testbed.bench.fleet_model import (
-    EVENTLESS,
-    PLANNED,
-    POD_CHANGING,
-    STOP,
-    Cluster,
-    Counters,
-    Fleet,
-    Install,
-    ModelHook,
-    Reply,
-    Result,
-    Switchover,
-    run_modelled,
-)
-from testbed.bench.fleet_real import RealHook, calibrate, real_hook_pods, run_real
-from testbed.bench.fleet_settings import (
-    API_GET,
-    API_PUT,
-    BUSY_PERIOD,
-    CACHE_FLUSH,
-    POLLS,
-    PROBE_DEADLINE,
+from testbed.bench.fleet.model import EVENTLESS, POD_CHANGING, Result, run_modelled
+from testbed.bench.fleet.real_hook import calibrate, run_real
+from testbed.bench.fleet.settings import (
     SHIPPED,
     SHIPPED_POLICY,
-    STOP_GAP,
     TODAY,
-    TODAY_MODEL_POLICY,
     TODAY_POLICY,
-    WATCH_DELAY,
-    Metacontroller,
     Mix,
-    Policy,
     Row,
     full_rows,
-    recommended,
-    steady_rate,
 )
-
-__all__ = [
-    "API_GET",
-    "API_PUT",
-    "BUSY_PERIOD",
-    "CACHE_FLUSH",
-    "EVENTLESS",
-    "PLANNED",
-    "POD_CHANGING",
-    "POLLS",
-    "PROBE_DEADLINE",
-    "SHIPPED",
-    "SHIPPED_POLICY",
-    "STOP",
-    "STOP_GAP",
-    "TODAY",
-    "TODAY_MODEL_POLICY",
-    "TODAY_POLICY",
-    "WATCH_DELAY",
-    "Cluster",
-    "Counters",
-    "Fleet",
-    "Install",
-    "Metacontroller",
-    "Mix",
-    "ModelHook",
-    "Policy",
-    "RealHook",
-    "Reply",
-    "Result",
-    "Row",
-    "Switchover",
-    "TokenBucket",
-    "VirtualLoop",
-    "WorkQueue",
-    "calibrate",
-    "fmt",
-    "full_rows",
-    "main",
-    "real_hook_pods",
-    "recommended",
-    "run_modelled",
-    "run_real",
-    "settings_text",
-    "steady_rate",
-    "table",
-]
-
 
 # ----------------------------------------------------------------------------- table
 
@@ -203,7 +127,7 @@ def table(results: Sequence[Result]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m testbed.bench.fleet", description=__doc__.split("\n\n")[0]
+        prog="python -m testbed.bench.fleet.table", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--duration", type=float, default=180.0, help="seconds per modelled row")
     parser.add_argument("--switchovers", type=int, default=600, help="per modelled row")

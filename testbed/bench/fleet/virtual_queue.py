@@ -1,8 +1,8 @@
 """The fleet model's clock and client-go pieces: a virtual-time event loop, client-go's work
 queue (the stand-in's own, :mod:`testbed.metacontroller.workqueue`, with client-go's rate limiter
 :mod:`testbed.metacontroller.ratelimit`) and the REST client's token bucket, as
-:mod:`testbed.bench.fleet`'s
-docstring cites them from Metacontroller's and client-go's source."""
+:mod:`testbed.bench.fleet.table`'s docstring cites them from Metacontroller's and client-go's
+source."""
 
 from __future__ import annotations
 

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hooks.core.switchover import spread_resync
-from testbed.bench.fleet_clientgo import TokenBucket, VirtualLoop, WorkQueue
-from testbed.bench.fleet_settings import (
+from testbed.bench.fleet.settings import (
     API_GET,
     API_PUT,
     BUSY_PERIOD,
@@ -22,6 +21,7 @@ from testbed.bench.fleet_settings import (
     WATCH_DELAY,
     Row,
 )
+from testbed.bench.fleet.virtual_queue import TokenBucket, VirtualLoop, WorkQueue
 
 #: A hook call while every hook pod is down: the connection is refused (no endpoints).
 REFUSED = 0.001

@@ -29,6 +29,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from testbed.bench.stats import p50_p95_max
+
 Record = Mapping[str, Any]
 Sample = tuple[float, str, Mapping[str, int]]
 #: After the rules moved, connections still being closed count only after this much.
@@ -110,23 +112,12 @@ def client_figures(
     )
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (``q`` in 0..1); NaN for no values."""
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
 def _spread(values: Sequence[float | None]) -> str:
     present = [v for v in values if v is not None]
     missing = len(values) - len(present)
     if not present:
         return f"never ({missing})"
-    text = (
-        f"{statistics.median(present):.2f} / {percentile(present, 0.95):.2f} / {max(present):.2f}"
-    )
-    return text + (f" (+{missing} never)" if missing else "")
+    return p50_p95_max(present, 2) + (f" (+{missing} never)" if missing else "")
 
 
 KIND_LABELS = {

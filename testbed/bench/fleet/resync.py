@@ -1,17 +1,16 @@
 """What ``resyncPeriodSeconds`` costs a fleet, and what it buys after every hook pod was down.
 
-Run ``python -m testbed.bench.fleet_resync`` (modelled, virtual clock; about ten minutes of CPU).
-The fleet model of :mod:`testbed.bench.fleet` with client-go's real work-queue rate limiter
+Run ``python -m testbed.bench.fleet.resync`` (modelled, virtual clock; about ten minutes of CPU).
+The fleet model of :mod:`testbed.bench.fleet.model` with client-go's real work-queue rate limiter
 (:mod:`testbed.metacontroller.ratelimit`, shared with the stand-in): a failed sync is
-``AddRateLimited``
-(5 ms doubling per parent up to 1000 s, and 10 retries/s for the whole queue), a
+``AddRateLimited`` (5 ms doubling per parent up to 1000 s, and 10 retries/s for the whole queue), a
 successful one ``Forget``s; a ``resyncPeriodSeconds`` tick ``Add``s every parent of the
 install at once (no rate limiter).
 
 For each setting, two runs of the recommended settings (docs/scale.md, "What to set"):
 
-* **steady**: the fleet as in :mod:`testbed.bench.fleet` (switchovers spread over the run): the
-  period's cost in API requests/s and hook syncs/s, and in the lag of a Pod-changing
+* **steady**: the fleet as in :mod:`testbed.bench.fleet.table` (switchovers spread over the
+  run): the period's cost in API requests/s and hook syncs/s, and in the lag of a Pod-changing
   switchover (each tick's burst goes to the tail of the FIFO queue and every event waits
   behind it);
 * **outage**: every hook pod down for ``--outage`` s (each call refused at once) with the
@@ -30,48 +29,35 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from testbed.bench.fleet import fmt, settings_text
-from testbed.bench.fleet_model import POD_CHANGING, Result, run_modelled
-from testbed.bench.fleet_real import calibrate
-from testbed.bench.fleet_settings import Row, recommended
+from testbed.bench.fleet.model import POD_CHANGING, Result, run_modelled
+from testbed.bench.fleet.real_hook import calibrate
+from testbed.bench.fleet.settings import Row, recommended, recommended_row
+from testbed.bench.fleet.table import fmt, settings_text
 
 #: The warm-up before the outage starts (s of the run).
 OUTAGE_AT = 30.0
 
 
 def rows(n: int, periods: Sequence[float | None], outage: float, switchovers: int) -> list[Row]:
-    mc, policy, pods, threads = recommended(n)
+    mc = recommended(n)[0]
     out: list[Row] = []
     for period in periods:
         settings = replace(mc, resync_period=period)
         label = "absent" if period is None else f"{period:g} s"
-        out.append(
-            Row(
-                f"steady, period {label}",
-                n,
-                settings,
-                policy,
-                hook_pods=pods,
-                hook_threads=threads,
-                # Two periods at least, so that the share of switchovers a tick's burst
-                # delays is the long-run one (one tick in a short run over-counts it).
-                duration=max(180.0, 2 * (period or 0.0) + 60.0),
-                switchovers=switchovers,
-            )
-        )
+        # Two periods at least, so that the share of switchovers a tick's burst delays is the
+        # long-run one (one tick in a short run over-counts it).
+        steady = max(180.0, 2 * (period or 0.0) + 60.0)
+        out.append(recommended_row(f"steady, period {label}", n, steady, switchovers, mc=settings))
         # Long enough for the slowest way back: the backoff's 1000 s cap (+ the bucket's
         # pace), or one period, after the outage.
         tail = (period if period is not None else 1000.0) + 120.0
         out.append(
-            Row(
+            recommended_row(
                 f"hooks down {outage:g} s, period {label}",
                 n,
-                settings,
-                policy,
-                hook_pods=pods,
-                hook_threads=threads,
-                duration=OUTAGE_AT + outage + tail,
-                switchovers=min(switchovers, n // 10),
+                OUTAGE_AT + outage + tail,
+                min(switchovers, n // 10),
+                mc=settings,
                 hooks_down_at=OUTAGE_AT,
                 hooks_down_for=outage,
             )
@@ -114,7 +100,7 @@ HEAD = (
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m testbed.bench.fleet_resync", description=__doc__.split("\n\n")[0]
+        prog="python -m testbed.bench.fleet.resync", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--n", type=int, action="append", help="fleet sizes (5000)")
     parser.add_argument(
