@@ -68,8 +68,8 @@ def patroni_pod(
     """A Patroni member Pod as the test beds create it: one ``patroni`` container with
     PostgreSQL's and Patroni's ports, on ``node`` (``None``: unscheduled), with Patroni's
     readiness probe when the rig's kubelet stand-in is to run it (``readiness``). The one
-    manifest the rig, ``testbed.bench.fleet_kube`` and ``testbed.bench.related_walk`` build their
-    Pods from."""
+    manifest the rig, ``testbed.bench.fleet.kube_objects`` and ``testbed.bench.related_walk``
+    build their Pods from."""
     container: dict[str, Any] = {
         "name": "patroni",
         "image": "patroni",

@@ -4,7 +4,8 @@ pins; ``util/workqueue/default_rate_limiters.go``).
 
 Pure: the clock is passed in (``now``, seconds on any monotonic scale), so the stand-in's
 threads (:mod:`testbed.metacontroller.workqueue`) and the fleet model's virtual clock
-(:mod:`testbed.bench.fleet_clientgo`) run the same code, and the tests drive it with plain values.
+(:mod:`testbed.bench.fleet.virtual_queue`) run the same code, and the tests drive it with
+plain values.
 
 * :class:`ItemExponential` is ``TypedItemExponentialFailureRateLimiter(5ms, 1000s)``:
   ``When`` returns ``base · 2^failures`` (then counts one more failure), capped at 1000 s;

@@ -5,7 +5,7 @@
 
 :class:`QueueCore` is the queue itself, pure (the clock passed in), shared by the stand-in
 (:class:`WorkQueue`, threads and the monotonic clock) and the fleet model
-(:mod:`testbed.bench.fleet_clientgo`, a virtual clock):
+(:mod:`testbed.bench.fleet.virtual_queue`, a virtual clock):
 
 * ``add`` (``queue.go`` ``Add``: a watch event, a resync) queues a key at once; a key already
   queued (``dirty``) is not queued twice, and a key being processed is queued again only

@@ -222,9 +222,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from testbed.kubernetes.kubelet import KubeletStandIn
     from testbed.kubernetes.podnet import ensure_pod_network
     from testbed.kubernetes.rest import KubeApiError, KubeRest
+    from testbed.kubernetes.watch import Reflector
     from testbed.metacontroller.gunicorn import gunicorn_hook
     from testbed.metacontroller.kube_setup import install
-    from testbed.metacontroller.reflector import Reflector
 
     period = resync_period(args)
     clusters: int = args.clusters
