@@ -16,7 +16,7 @@ production (see the design card):
    does (:func:`hooks.core.conditions.stamped`), so Metacontroller's status write converges.
 
 What the reply holds besides the hook's own status comes from the child parts
-(:mod:`hooks.parts`): the primary Service, the read-only Service, the backup CronJob.
+(:mod:`hooks.children`): the primary Service, the read-only Service, the backup CronJob.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from hooks import parts
+from hooks import children as registry
+from hooks.children.base import PartContext
+from hooks.children.primary import keeping_phrase, observed_primary
 from hooks.core import switchover
 from hooks.core.conditions import (
     CONDITION_MEMBERS,
@@ -48,8 +50,6 @@ from hooks.core.routing import Decision, Route, choose_leader
 from hooks.domain.members import MemberStatus
 from hooks.domain.model import ClusterSpec, Condition, ResyncTiming
 from hooks.domain.request import SyncRequest
-from hooks.parts.base import PartContext
-from hooks.parts.primary import keeping_phrase, observed_primary
 
 
 def reconcile(
@@ -85,7 +85,7 @@ def _route(
     route = choose_leader(request.pods, members, spec)
     keep: Keep = functools.partial(preserved, namespace=request.namespace)
     context = PartContext(request, spec, members, route, keep)
-    primary, *optional = [part.plan(context) for part in parts.PARTS]
+    primary, *optional = [part.plan(context) for part in registry.PARTS]
     routed = primary.condition
     assert routed is not None, "the primary Service part always says how it routes"
     detection = switchover.detect(request.pods, members, route.leader, spec)
@@ -223,12 +223,12 @@ def _reply(
 
 def _optional_conditions() -> tuple[str, ...]:
     """Conditions a finalize or an invalid-spec reply keeps as they are."""
-    return (*(part.condition for part in parts.OPTIONAL), switchover.CONDITION)
+    return (*(part.condition for part in registry.OPTIONAL), switchover.CONDITION)
 
 
 def _unplanned(request: SyncRequest, keep: Keep) -> list[dict[str, Any]]:
     """Observed children of groups no part declares: kept as they are, never dropped."""
-    planned = parts.planned_groups()
+    planned = registry.planned_groups()
     return [
         keep(obj)
         for key, group in sorted(request.other_children.items())

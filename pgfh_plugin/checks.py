@@ -9,7 +9,7 @@ The checks, and why each matters:
   the status is what the hook answered; the selector and the slice are what traffic follows
   (an endpoint listed ``ready: false``, a leader whose readiness probe fails, gets none).
 - **The CompositeController declares every child type a spec needs**, with ``InPlace``
-  updates (the types of the hook's registered parts, :func:`hooks.parts.child_resources`):
+  updates (the types of the hook's registered parts, :func:`hooks.children.child_resources`):
   Services always, EndpointSlices for ``spec.replicaService``, CronJobs for ``spec.backup``.
   An undeclared type is never observed by Metacontroller (the hook refuses to emit it), and
   without ``InPlace`` an existing child is never updated, so a failover would
@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hooks.parts import child_resources
+from hooks.children import child_resources
 from pgfh_plugin.kube import GROUP, PLURAL
 from pgfh_plugin.report import as_mapping
 

@@ -13,10 +13,10 @@ import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from hooks.children import readonly_objects
 from hooks.core.outcome import SyncOutcome
 from hooks.domain.members import MemberStatus
 from hooks.domain.model import CRONJOB_KEY, ENDPOINTSLICE_KEY, JOB_KEY
-from hooks.parts import readonly_objects
 from testbed.fakes.patroni_wire import patroni_body
 from testbed.metacontroller.apply import World, apply_reply
 from tests.helpers import (

@@ -1,4 +1,5 @@
-"""Unit tests of the scheduled base backups (:mod:`hooks.parts.backup` through the sync pipeline).
+"""Unit tests of the scheduled base backups (:mod:`hooks.children.backup`, through the sync
+pipeline).
 
 Test design notes
 -----------------
@@ -25,11 +26,11 @@ from typing import Any
 
 import pytest
 
+from hooks.children import backup, backup_cronjob
 from hooks.core.routing import Decision
 from hooks.domain.model import BACKUP_OF_LABEL, CRONJOB_KEY, LAST_APPLIED_ANNOTATION
 from hooks.loaders.envelope import RequestError
 from hooks.loaders.schemas import load_spec
-from hooks.parts import backup, backup_cronjob
 from tests.child_helpers import (
     backup_fields,
     children_of,

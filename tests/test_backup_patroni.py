@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from hooks.children import backup_cronjob
 from hooks.loaders.schemas import load_spec
-from hooks.parts import backup_cronjob
 from testbed.metacontroller.harness import CLUSTER, NAMESPACE, PARENT_UID, PRIMARY_SELECTOR, SERVICE
 from testbed.patroni import PatroniCluster
 from testbed.patroni.cluster import REPLICATION_USER, SUPERUSER

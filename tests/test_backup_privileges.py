@@ -28,7 +28,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hooks.parts import backup_cronjob
+from hooks.children import backup_cronjob
 from tests.child_helpers import children_of, cluster_answers, request_body
 from tests.helpers import P0, run, seed_spec
 from tests.manifest_helpers import restricted_problems

@@ -168,7 +168,7 @@ def test_customize_selects_the_patroni_pods_and_the_named_service(client: FlaskC
                 },
                 # Scoped to the parent's namespace: the same Pods on a sync, and a Pod
                 # event elsewhere costs Metacontroller a string compare per parent, not a
-                # selector (hooks.parts.related_rules).
+                # selector (hooks.children.related_rules).
                 "namespace": "databases",
             },
             # The Service spec.serviceRef names, whoever owns it, in the parent's namespace

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from hooks.children.primary import NO_POD_RULE
 from hooks.core.scope import FINALIZER_PREFIX, selects, serves
 from hooks.domain.scope import OPERATORS, CustomizeScope, ParentSelector, Requirement
 from hooks.loaders.envelope import load_customize_call, load_scope
-from hooks.parts.primary import NO_POD_RULE
 from testbed.metacontroller.selectors import matches
 from tests.helpers import fixture
 

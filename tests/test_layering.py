@@ -45,10 +45,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = "pgfh_plugin"
 
 #: The hook's layers, highest first; ``|`` joins folders that never import each other.
-LAYERS = ["shell", "sync | patroni", "parts | probe", "core | loaders", "domain"]
+LAYERS = ["shell", "sync | patroni", "children | probe", "core | loaders", "domain"]
 #: The pure modules: whole layers, and the probe step's pure half.
 PURE = [
-    "hooks.domain", "hooks.loaders", "hooks.core", "hooks.parts", "hooks.sync",
+    "hooks.domain", "hooks.loaders", "hooks.core", "hooks.children", "hooks.sync",
     "hooks.probe.policy", "hooks.probe.plan", "hooks.probe.answer",
 ]  # fmt: skip
 #: What no pure module may reach.
@@ -170,9 +170,9 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("hooks/core/keeping.py", "import time", "time", "pure"),
         ("hooks/sync.py", "import os", "os", "pure"),
         ("hooks/sync.py", "from hooks import patroni", "hooks.patroni", "layers"),
-        ("hooks/parts/readonly.py", "from os import environ", "os", "pure"),
-        ("hooks/parts/primary.py", "from hooks.probe import plan", "hooks.probe.plan", "layers"),
-        ("hooks/parts/backup.py", "from hooks.shell import config", "hooks.shell.config",
+        ("hooks/children/readonly.py", "from os import environ", "os", "pure"),
+        ("hooks/children/primary.py", "from hooks.probe import plan", "hooks.probe.plan", "layers"),
+        ("hooks/children/backup.py", "from hooks.shell import config", "hooks.shell.config",
          "layers"),
         ("hooks/probe/plan.py", "import socket", "socket", "pure"),
         ("hooks/probe/answer.py", "import requests", "requests", "pure"),
@@ -237,33 +237,33 @@ def test_the_run_time_check_bites() -> None:
 
 # ========================================================= parts stand side by side
 
-#: The child parts the registry (hooks/parts/__init__.py) lists; their helpers are theirs.
+#: The child parts the registry (hooks/children/__init__.py) lists; their helpers are theirs.
 PART_FACES = {"primary", "readonly", "backup"}
 
 
 def _part_imports(path: Path) -> set[str]:
-    """The ``hooks.parts`` modules a module of ``hooks/parts/`` imports (by last name)."""
+    """The ``hooks.children`` modules a module of ``hooks/children/`` imports (by last name)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "hooks.parts":
+            if node.module == "hooks.children":
                 found |= {alias.name for alias in node.names}
-            elif node.module.startswith("hooks.parts."):
-                found.add(node.module.removeprefix("hooks.parts.").split(".")[0])
+            elif node.module.startswith("hooks.children."):
+                found.add(node.module.removeprefix("hooks.children.").split(".")[0])
         elif isinstance(node, ast.Import):
             found |= {
-                a.name.removeprefix("hooks.parts.").split(".")[0]
+                a.name.removeprefix("hooks.children.").split(".")[0]
                 for a in node.names
-                if a.name.startswith("hooks.parts.")
+                if a.name.startswith("hooks.children.")
             }
     return found
 
 
 def test_no_part_imports_another_part() -> None:
-    """Each part stands on hooks/parts/base.py and the shared readers (services.py), never
+    """Each part stands on hooks/children/base.py and the shared readers (services.py), never
     on another part: a part can change without the others following."""
     offenders = {}
-    for path in sorted((ROOT / "hooks" / "parts").glob("*.py")):
+    for path in sorted((ROOT / "hooks" / "children").glob("*.py")):
         if path.stem == "__init__":
             continue  # the registry lists them all
         others = (_part_imports(path) & PART_FACES) - {path.stem}
@@ -274,5 +274,5 @@ def test_no_part_imports_another_part() -> None:
 
 def test_the_part_independence_check_bites(tmp_path: Path) -> None:
     module = tmp_path / "readonly.py"
-    module.write_text("from hooks.parts.primary import observed_primary\n")
+    module.write_text("from hooks.children.primary import observed_primary\n")
     assert _part_imports(module) & PART_FACES == {"primary"}

@@ -98,8 +98,8 @@ def test_a_module_under_the_threshold_fails_the_target(
     ("module", "pattern"),
     [
         ("hooks/probe/policy.py", "hooks.probe.policy.*"),
-        ("hooks/parts/backup.py", "hooks.parts.backup.*"),
-        ("hooks/parts/__init__.py", "hooks.parts.x*"),
+        ("hooks/children/backup.py", "hooks.children.backup.*"),
+        ("hooks/children/__init__.py", "hooks.children.x*"),
     ],
 )
 def test_each_module_is_run_with_the_filter_its_mutant_names_match(

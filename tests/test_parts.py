@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 import yaml
 
-from hooks import parts
+from hooks import children
+from hooks.children import backup, primary, readonly
+from hooks.children.base import ChildGroup, Part, PartContext, PartPlan
 from hooks.domain.model import ClusterSpec, Condition, ResyncTiming
 from hooks.loaders.envelope import load_sync_request
-from hooks.parts import backup, primary, readonly
-from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
 from hooks.sync import reconcile
 from pgfh_plugin import checks
 from tests.helpers import CLUSTER, NAMESPACE, leader, replica, sync_body
@@ -35,11 +35,11 @@ WIDGET_KEY = "Widget.example.com/v1"
 
 
 def test_the_registry_holds_the_three_parts_primary_first() -> None:
-    assert parts.PARTS == (primary.PART, readonly.PART, backup.PART)
-    assert parts.PRIMARY is primary.PART
-    conditions = [part.condition for part in parts.PARTS]
+    assert children.PARTS == (primary.PART, readonly.PART, backup.PART)
+    assert children.PRIMARY is primary.PART
+    conditions = [part.condition for part in children.PARTS]
     assert conditions == ["PrimaryRouted", "ReplicasRouted", "BackupScheduled"]
-    for part in parts.PARTS:
+    for part in children.PARTS:
         assert issubclass(part.reasons, enum.Enum) and len(part.reasons) > 0, part.name
 
 
@@ -47,19 +47,19 @@ def test_the_compositecontroller_declares_exactly_the_registered_child_types() -
     with open(CC, encoding="utf-8") as handle:
         controller = yaml.safe_load(handle)
     declared = [(c["apiVersion"], c["resource"]) for c in controller["spec"]["childResources"]]
-    assert declared == [(c.api_version, c.resource) for c in parts.child_resources()]
+    assert declared == [(c.api_version, c.resource) for c in children.child_resources()]
     assert {c["updateStrategy"]["method"] for c in controller["spec"]["childResources"]} == {
         "InPlace"
     }
 
 
 def test_child_resources_say_which_spec_field_needs_each_type() -> None:
-    assert [(c.resource, c.needed_by) for c in parts.child_resources()] == [
+    assert [(c.resource, c.needed_by) for c in children.child_resources()] == [
         ("services", ()),
         ("endpointslices", ("replicaService",)),
         ("cronjobs", ("backup",)),
     ]
-    assert parts.planned_groups() == {
+    assert children.planned_groups() == {
         "EndpointSlice.discovery.k8s.io/v1",
         "CronJob.batch/v1",
     }
@@ -103,8 +103,8 @@ WIDGET = Part(
 
 @pytest.fixture
 def widget_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parts, "OPTIONAL", (*parts.OPTIONAL, WIDGET))
-    monkeypatch.setattr(parts, "PARTS", (*parts.PARTS, WIDGET))
+    monkeypatch.setattr(children, "OPTIONAL", (*children.OPTIONAL, WIDGET))
+    monkeypatch.setattr(children, "PARTS", (*children.PARTS, WIDGET))
 
 
 def _widget(name: str) -> dict[str, Any]:
@@ -146,7 +146,7 @@ def test_a_registered_part_reaches_the_reply_with_no_other_wiring() -> None:
 def test_a_registered_part_reaches_customize_and_the_declared_children_check() -> None:
     request = load_sync_request(sync_body())
     assert request.spec is not None
-    rules = parts.related_rules(request.spec, "u-1")
+    rules = children.related_rules(request.spec, "u-1")
     assert rules[-1]["resource"] == "gadgets" and rules[0]["resource"] == "pods"
     cluster = {"metadata": {"name": CLUSTER}, "spec": {"widget": {"size": 1}}}
     in_place = {"method": "InPlace"}

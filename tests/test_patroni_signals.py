@@ -5,7 +5,7 @@ Test design: plain values only. Every ``state`` Patroni 3.0 to 4.1 can report
 ``initalizing`` spelling of 3.0.0 and 3.0.1) is crossed with every role, both status codes
 and a Pod with or without ``spec.patroni.bootstrapLabels``, through the routing decision
 (:func:`hooks.core.routing.choose_leader`) and the read-only classification
-(:func:`hooks.parts.readonly.classify`); the expected outcome is computed independently from
+(:func:`hooks.children.readonly.classify`); the expected outcome is computed independently from
 the rule (route only to 200 + running + leader role + no bootstrap labels; list only a
 running replica without them). Then whole syncs (``reconcile``) for what the status says,
 and failsafe mode: the leader's answer with ``failsafe_mode_is_active`` and
@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
+from hooks.children.read_members import classify
 from hooks.core.routing import Decision, bootstrap_labelled, choose_leader
 from hooks.domain.members import INITIALISING_STATES, MemberStatus
 from hooks.domain.model import LEADER_PATHS, POD_NAME_LABEL
 from hooks.domain.observed import Pod
 from hooks.loaders.schemas import load_spec
-from hooks.parts.read_members import classify
 from testbed.fakes.patroni_wire import patroni_body
 from tests.child_helpers import (
     LEADER_AT,

@@ -1,4 +1,4 @@
-"""Unit tests of reads by consistency level (:mod:`hooks.parts.read_levels`, and through
+"""Unit tests of reads by consistency level (:mod:`hooks.children.read_levels`, and through
 ``reconcile`` the read-only part with ``spec.replicaService.consistency``).
 
 Test design notes
@@ -21,9 +21,7 @@ from typing import Any
 
 import pytest
 
-from hooks.domain.members import MemberStatus, WalSender
-from hooks.loaders.schemas import load_spec
-from hooks.parts.read_levels import (
+from hooks.children.read_levels import (
     AMBIGUOUS,
     NOT_A_STANDBY,
     Unserved,
@@ -33,6 +31,8 @@ from hooks.parts.read_levels import (
     member_level,
     unserved,
 )
+from hooks.domain.members import MemberStatus, WalSender
+from hooks.loaders.schemas import load_spec
 from testbed.fakes.patroni_wire import patroni_body
 from tests.child_helpers import (
     MIB,

@@ -1,4 +1,4 @@
-"""Unit tests of zone-aware reads (:mod:`hooks.parts.read_zones`, and through ``reconcile``
+"""Unit tests of zone-aware reads (:mod:`hooks.children.read_zones`, and through ``reconcile``
 the read-only part with ``spec.replicaService.trafficDistribution``).
 
 Test design notes
@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
+from hooks.children.read_zones import ZoneDecision, decide
 from hooks.domain.model import ZONE_LABEL
 from hooks.loaders.schemas import load_spec
-from hooks.parts.read_zones import ZoneDecision, decide
 from tests.child_helpers import (
     MIB,
     READ_ONLY,

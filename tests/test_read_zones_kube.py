@@ -42,8 +42,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+from hooks.children.read_members import NOT_READY
 from hooks.domain.model import ZONE_LABEL
-from hooks.parts.read_members import NOT_READY
 from testbed.kubernetes import ControlPlane
 from testbed.kubernetes.accounts import metacontroller_kubeconfig
 from testbed.kubernetes.kube_proxy import MODES, KubeProxy, running_kube_proxy

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from hooks.children.primary import desired_service
+from hooks.children.read_members import NOT_READY
 from hooks.core.routing import Decision
 from hooks.domain.model import ENDPOINTSLICE_KEY, LAST_APPLIED_ANNOTATION
 from hooks.loaders.schemas import load_spec
-from hooks.parts.primary import desired_service
-from hooks.parts.read_members import NOT_READY
 from tests.child_helpers import (
     MIB,
     READ_ONLY,

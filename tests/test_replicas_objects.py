@@ -1,6 +1,6 @@
 """The read-only Service part: its objects, and each member state.
 
-Unit tests of the read-only Service (:mod:`hooks.parts.readonly`, through ``reconcile``).
+Unit tests of the read-only Service (:mod:`hooks.children.readonly`, through ``reconcile``).
 
 Test design notes
 -----------------
@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
+from hooks.children.read_members import format_bytes
 from hooks.domain.members import MemberStatus
-from hooks.parts.read_members import format_bytes
 from tests.child_helpers import (
     MIB,
     READ_ONLY,

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from hooks.children.read_members import NOT_READY, classify
 from hooks.core.routing import Decision
 from hooks.domain.members import MemberStatus
 from hooks.domain.model import ENDPOINTSLICE_KEY, LAST_APPLIED_ANNOTATION, POD_NAME_LABEL
 from hooks.loaders.schemas import load_spec
-from hooks.parts.read_members import NOT_READY, classify
 from tests.child_helpers import (
     LEADER_AT,
     MIB,

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from hooks import parts
+from hooks import children
+from hooks.children.services import foreign_service
 from hooks.core.cluster_event import event_for
 from hooks.core.routing import Decision
 from hooks.domain.model import (
@@ -30,7 +31,6 @@ from hooks.domain.model import (
 from hooks.domain.observed import OwnerRef
 from hooks.loaders.envelope import RequestError, load_sync_request
 from hooks.loaders.schemas import load_spec
-from hooks.parts.services import foreign_service
 from hooks.shell.app import create_app
 from hooks.shell.config import HookSettings
 from testbed.metacontroller.apply import check_reply
@@ -293,7 +293,7 @@ def test_a_foreign_read_only_service_gets_no_slices_and_its_own_condition() -> N
     spec, _ = load_spec(rs_spec())
     assert spec is not None
     # One rule for both names: Metacontroller lists the namespace's Services once per rule.
-    assert parts.related_rules(spec, PARENT_UID, NAMESPACE)[1:] == [
+    assert children.related_rules(spec, PARENT_UID, NAMESPACE)[1:] == [
         {
             "apiVersion": "v1",
             "resource": "services",
@@ -336,11 +336,11 @@ def test_a_warning_event_on_the_transition_only() -> None:
 def test_the_customize_rule_relates_the_named_service_in_the_parent_namespace() -> None:
     spec, problems = load_spec(seed_spec())
     assert spec is not None and not problems
-    rules = parts.related_rules(spec, PARENT_UID, NAMESPACE)
+    rules = children.related_rules(spec, PARENT_UID, NAMESPACE)
     assert {"apiVersion": "v1", "resource": "services", "names": [SERVICE_NAME],
             "namespace": NAMESPACE} in rules  # fmt: skip
     assert all(r["namespace"] == NAMESPACE for r in rules if "labelSelector" in r)
-    unscoped = parts.related_rules(spec, PARENT_UID)
+    unscoped = children.related_rules(spec, PARENT_UID)
     assert {"apiVersion": "v1", "resource": "services", "names": [SERVICE_NAME]} in unscoped
 
 

@@ -4,7 +4,7 @@ Every reply lists its conditions as :class:`~hooks.domain.model.Condition` value
 reason, message); :func:`stamped` turns them into ``status.conditions`` entries whose
 ``lastTransitionTime`` moves only when the condition's ``status`` does, so that
 Metacontroller's status write converges instead of hot-looping. The child parts
-(:mod:`hooks.parts`) each own one more condition type.
+(:mod:`hooks.children`) each own one more condition type.
 
 Pure: the clock is passed in.
 """

@@ -41,7 +41,7 @@ class Decision(enum.Enum):
     INVALID_SPEC = "InvalidSpec"
     FINALIZING = "Finalizing"
     #: ``spec.serviceRef`` names a Service that exists outside this controller: it waits
-    #: for a person (``kubectl pgfh adopt``), not for Patroni (hooks.parts.primary).
+    #: for a person (``kubectl pgfh adopt``), not for Patroni (hooks.children.primary).
     SERVICE_NOT_OWNED = "ServiceNotOwned"
 
     @property

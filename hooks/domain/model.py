@@ -107,13 +107,13 @@ class ServicePort:
         }
 
 
-#: What the read-only endpoints list when no replica qualifies (see hooks/parts/readonly.py).
+#: What the read-only endpoints list when no replica qualifies (see hooks/children/readonly.py).
 WHEN_NO_REPLICA = ("KeepEndpoints", "UseLeader", "Empty")
-#: Which replicas the read-only endpoints may list (see hooks/parts/read_levels.py): ``lag``
+#: Which replicas the read-only endpoints may list (see hooks/children/read_levels.py): ``lag``
 #: (within ``maxLagBytes``), ``synchronous`` (also a ``sync`` standby of the leader),
 #: ``quorum`` (also a ``quorum`` standby: Patroni >= 4.0, ``synchronous_mode: quorum``).
 CONSISTENCY_LEVELS = ("lag", "synchronous", "quorum")
-#: ``spec.replicaService.trafficDistribution`` (see hooks/parts/read_zones.py): the Service's
+#: ``spec.replicaService.trafficDistribution`` (see hooks/children/read_zones.py): the Service's
 #: ``spec.trafficDistribution`` and same-zone hints in the slices the hook writes.
 #: ``PreferClose`` is the older name (the only one API servers before 1.34 accept; the 1.36
 #: API server warns that it is deprecated: pkg/api/service/warnings.go:80 at v1.36.3).

@@ -52,7 +52,7 @@ class SyncRequest:
     slices: Mapping[str, SliceChild] | None = None
     cronjobs: Mapping[str, CronJobChild] | None = None
     #: Services related by name (``spec.serviceRef.name``, the customize rule of
-    #: :mod:`hooks.parts.primary`), by name, whoever owns them: one that is not in
+    #: :mod:`hooks.children.primary`), by name, whoever owns them: one that is not in
     #: ``services`` exists outside this controller. ``None`` when the request has no such
     #: group (a customize answer cached from before the rule existed).
     named_services: Mapping[str, ServiceChild] | None = None

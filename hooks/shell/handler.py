@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from hooks import parts
+from hooks.children import related_rules
 from hooks.core.cluster_event import event_for
 from hooks.core.outcome import SyncOutcome
 from hooks.core.routing import Decision
@@ -119,7 +119,7 @@ def handle_customize(body: object, *, request_id: str) -> Reply:
         return Reply({"relatedResources": []})
     namespace = cluster.partition("/")[0]
     metrics.CUSTOMIZE_REPLIES.labels("all").inc()
-    return Reply({"relatedResources": parts.related_rules(spec, uid, namespace)})
+    return Reply({"relatedResources": related_rules(spec, uid, namespace)})
 
 
 def observe(

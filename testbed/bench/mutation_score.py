@@ -33,7 +33,7 @@ from mutmut.stats import status_by_exit_code
 KILLED = frozenset({"killed", "timeout", "caught by type check"})
 MUTANTS = Path("mutants")
 #: What ``mutmut run "<module>.*"`` says (and fails on) for a module with nothing to mutate
-#: (only dataclasses and protocols, e.g. hooks/parts/base.py): a score of 0 of 0.
+#: (only dataclasses and protocols, e.g. hooks/children/base.py): a score of 0 of 0.
 NO_MUTANTS = "Filtered for specific mutants, but nothing matches"
 
 
@@ -65,7 +65,7 @@ def mutant_filter(module: str) -> str:
     """The ``mutmut run`` filter for one source file's mutants.
 
     A package's ``__init__.py`` has its mutants named after the package
-    (``hooks.parts.x_related_rules__mutmut_1``), so ``hooks.parts.__init__.*`` would match
+    (``hooks.children.x_related_rules__mutmut_1``), so ``hooks.children.__init__.*`` would match
     nothing; ``x*`` (functions ``x_``, methods ``xǁ``) keeps it off the submodules.
     """
     dotted = module.removesuffix(".py").replace("/", ".")

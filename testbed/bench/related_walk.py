@@ -9,7 +9,7 @@ shape the product could send, and the Pod-event lag under churn:
 * N PostgreSQLClusters (3 member Pods each, labelled with the cluster's ``primarySelector``)
   over K namespaces, plus ``--bystanders`` Pods that no parent relates;
 * a bench hook on loopback: ``/customize`` answers the chosen shape (built by the product's own
-  :func:`hooks.parts.related_rules` and :func:`hooks.core.scope.serves`), ``/sync`` answers at
+  :func:`hooks.children.related_rules` and :func:`hooks.core.scope.serves`), ``/sync`` answers at
   once and records when each parent's sync arrived (so only Metacontroller's cost is measured,
   not the product's probe round);
 * the real binary (``PGFH_METACONTROLLER_BINARY``) with ``deploy/metacontroller-values.yaml``'s

@@ -40,7 +40,7 @@ def customize_answer(shape: str, body: Mapping[str, Any]) -> dict[str, Any]:
 
     * ``labels``: what the product sent before this change (member Pods by label, without a
       namespace; the Service by name in the parent's namespace);
-    * ``ns-labels``: the shipped rules (:func:`hooks.parts.related_rules`: the label rule
+    * ``ns-labels``: the shipped rules (:func:`hooks.children.related_rules`: the label rule
       scoped to the parent's namespace), answered for every parent;
     * ``names``: member Pods by ``names`` + namespace (the bench's Pods are ``<cluster>-0..2``);
     * ``no-service``: ``labels`` without the Service rule;

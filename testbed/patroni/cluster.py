@@ -24,7 +24,7 @@ topology and a member's files (:mod:`testbed.patroni.layout`), ``patroni.yml``
 (:mod:`testbed.patroni.etcd`), starting files and processes (:mod:`testbed.patroni.processes`),
 member status and leader election (:mod:`testbed.patroni.election`), Patroni's Kubernetes DCS
 instead of etcd (:mod:`testbed.patroni.kubernetes_dcs`), REST actions
-(:mod:`testbed.patroni.rest`), SQL (:mod:`testbed.patroni.sql`) and bounded waiting
+(:mod:`testbed.patroni.member_api`), SQL (:mod:`testbed.patroni.sql`) and bounded waiting
 (:mod:`testbed.patroni.waiting`). Every public name of those is importable from here and from
 :mod:`testbed.patroni`, as before the split.
 """

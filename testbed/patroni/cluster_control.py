@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from testbed.patroni import rest
+from testbed.patroni import member_api
 from testbed.patroni._proc import Proc, kill_all, wait_gone
 from testbed.patroni.cluster_view import ClusterView
 from testbed.patroni.election import (
@@ -204,7 +204,7 @@ class MemberControl(ClusterView, abc.ABC):
         leader = self.member(old)
         with self.watch_leader(exclude={old}) as watch:
             requested_at = time.monotonic()
-            rest.post_switchover(leader, old, candidate, timeout)
+            member_api.post_switchover(leader, old, candidate, timeout)
             election = watch.result(
                 max(1.0, timeout - (time.monotonic() - requested_at)), self._statuses_text
             )
@@ -223,9 +223,9 @@ class MemberControl(ClusterView, abc.ABC):
         if not running:
             raise ClusterError("no running member to configure")
         target = self.member(self.leader() or running[0].name)
-        rest.patch_pause(target, enabled)
+        member_api.patch_pause(target, enabled)
         poll_until(
-            lambda: all(rest.reports_pause(m) is enabled for m in running),
+            lambda: all(member_api.reports_pause(m) is enabled for m in running),
             timeout,
             what=f"every member to report pause={enabled}",
             details=self._statuses_text,
@@ -238,7 +238,7 @@ class MemberControl(ClusterView, abc.ABC):
         running = [m for m in self.members if m.running]
         if not running:
             raise ClusterError("no running member to configure")
-        return rest.patch_config(self.member(self.leader() or running[0].name), patch)
+        return member_api.patch_config(self.member(self.leader() or running[0].name), patch)
 
     @contextlib.contextmanager
     def maintenance_mode(self, timeout: float = 15.0) -> Iterator[None]:
@@ -263,7 +263,7 @@ class MemberControl(ClusterView, abc.ABC):
             for member in self.members:
                 if member.running:
                     try:
-                        rest.patch_config(member, patch)
+                        member_api.patch_config(member, patch)
                         return True
                     except ClusterError:
                         continue
@@ -281,7 +281,7 @@ class MemberControl(ClusterView, abc.ABC):
 
         def written() -> bool:
             leader = self.leader()
-            listed = rest.failsafe_members(self.member(leader)) if leader else None
+            listed = member_api.failsafe_members(self.member(leader)) if leader else None
             return wanted <= set(listed or {})
 
         poll_until(

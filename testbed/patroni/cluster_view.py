@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from testbed.patroni import etcd, kubernetes_dcs, rest
+from testbed.patroni import etcd, kubernetes_dcs, member_api
 from testbed.patroni import sql as sql_
 from testbed.patroni.election import (
     LeaderElection,
@@ -107,7 +107,7 @@ class ClusterView:
 
     def patroni_info(self, name: str, timeout: float = 2.0) -> dict[str, Any]:
         """``GET /patroni`` of a member (full JSON; ``{}`` when it does not answer)."""
-        return rest.patroni_info(self.member(name), timeout)
+        return member_api.patroni_info(self.member(name), timeout)
 
     def primaries(self) -> list[str]:
         """Members that answer 200 on ``/primary`` right now."""

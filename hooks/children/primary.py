@@ -18,13 +18,15 @@ is ``False``/``ServiceNotOwned`` with who owns it and how to hand it over:
 Metacontroller claims orphans by (``generateSelector``), and Metacontroller adopts it on
 its next sync; a Service another controller controls is never taken silently.
 
-Pure, like every part (:mod:`hooks.parts.base`).
+Pure, like every part (:mod:`hooks.children.base`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from hooks.children.base import ChildGroup, Part, PartContext, PartPlan
+from hooks.children.services import foreign_service, primary_services
 from hooks.core import manifests
 from hooks.core.conditions import CONDITION_ROUTED
 from hooks.core.routing import Decision, Route
@@ -37,8 +39,6 @@ from hooks.domain.model import (
 )
 from hooks.domain.observed import ServiceChild
 from hooks.domain.request import SyncRequest
-from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
-from hooks.parts.services import foreign_service, primary_services
 
 #: Why no member is seen when the request relates no Pods at all (not even an empty group).
 NO_POD_RULE = (
@@ -103,7 +103,7 @@ def plan(context: PartContext) -> PartPlan:
 def related_rules(spec: ClusterSpec, uid: str | None) -> list[dict[str, Any]]:
     """The member Pods, by ``primarySelector`` (never empty: the schema requires a label),
     and the Service ``spec.serviceRef`` names, by name, whoever owns it (scoped to the
-    parent's namespace by :func:`hooks.parts.related_rules`)."""
+    parent's namespace by :func:`hooks.children.related_rules`)."""
     return [
         {
             "apiVersion": "v1",

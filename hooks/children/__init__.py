@@ -1,6 +1,6 @@
 """The registry of child parts: everything a sync reply holds besides the hook's own status.
 
-Each part is one module with a :data:`PART` (:class:`hooks.parts.base.Part`). Three places
+Each part is one module with a :data:`PART` (:class:`hooks.children.base.Part`). Three places
 iterate over the registry, so adding a part is one module, one line here and the YAML
 (CRD field, CompositeController child resource, RBAC; see CONTRIBUTING.md):
 
@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hooks.children import backup, primary, readonly
+from hooks.children.base import Part
 from hooks.domain.model import SERVICE_KEY, ClusterSpec
-from hooks.parts import backup, primary, readonly
-from hooks.parts.base import Part
 
 PRIMARY: Part = primary.PART
 #: Parts a spec may leave out; their conditions are kept as they are by a finalize or an

@@ -1,8 +1,8 @@
 """The read-only Service: a selector-less Service plus the EndpointSlice(s) the hook writes.
 
-Pure, like every part (:mod:`hooks.parts.base`): everything is a function of the request,
+Pure, like every part (:mod:`hooks.children.base`): everything is a function of the request,
 the probe answers of this round and the confirmed leader. The objects themselves are built
-and read in :mod:`hooks.parts.readonly_objects`.
+and read in :mod:`hooks.children.readonly_objects`.
 
 **How lag is measured.** The hook already asks every member one ``GET`` of the health path
 per sync, concurrently, and Patroni answers every health path with the same JSON document:
@@ -56,14 +56,14 @@ read-only object is kept exactly as it is, and none is created. Outside finalize
 is ever dropped: after ``spec.replicaService`` is removed the objects are kept as they are
 (frozen); after a rename the old Service and its slices keep following the replicas.
 
-**Consistency level** (``consistency``, :mod:`hooks.parts.read_levels`): ``lag`` is all of
+**Consistency level** (``consistency``, :mod:`hooks.children.read_levels`): ``lag`` is all of
 the above; ``synchronous`` and ``quorum`` also require the leader's ``replication`` answer
 to list the member's walsender as ``sync`` or ``quorum``. A member below the level counts
 like a lagging one (``KeepEndpoints`` may keep it). With a level other than ``lag`` the
 status (``replicaLevels``) and the condition name each replica's level as the leader
 reports it; with ``lag`` both stay exactly as they were before the field existed.
 
-**Zones** (``trafficDistribution``, :mod:`hooks.parts.read_zones`): the Service gets
+**Zones** (``trafficDistribution``, :mod:`hooks.children.read_zones`): the Service gets
 ``spec.trafficDistribution`` and each listed endpoint its Pod's zone and a same-zone hint,
 all or nothing; unset, the objects are exactly those of before the field existed.
 
@@ -76,18 +76,18 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from hooks.domain.members import MemberStatus
-from hooks.domain.model import ENDPOINTSLICE_KEY, ClusterSpec, Condition
-from hooks.parts import read_zones
-from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
-from hooks.parts.read_levels import Unserved, describe, levels, unserved
-from hooks.parts.read_members import Verdict, classify, format_bytes
-from hooks.parts.readonly_objects import (
+from hooks.children import read_zones
+from hooks.children.base import ChildGroup, Part, PartContext, PartPlan
+from hooks.children.read_levels import Unserved, describe, levels, unserved
+from hooks.children.read_members import Verdict, classify, format_bytes
+from hooks.children.readonly_objects import (
     desired_objects,
     listed_now,
     slice_ports,
 )
-from hooks.parts.services import foreign_service, primary_services
+from hooks.children.services import foreign_service, primary_services
+from hooks.domain.members import MemberStatus
+from hooks.domain.model import ENDPOINTSLICE_KEY, ClusterSpec, Condition
 
 CONDITION = "ReplicasRouted"
 

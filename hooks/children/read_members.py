@@ -4,7 +4,7 @@ One verdict per member, from its probe answer, its Pod and the leader's answer: 
 rules for read traffic (``GET /replica``: running, streaming, not paused, not tagged
 ``noloadbalance``), the spec's lag limit and consistency level, and the Pod's own state
 (terminating, not its StatefulSet's member, bootstrap-labelled, not Ready). The read-only
-part (:mod:`hooks.parts.readonly`) decides from the verdicts who is listed.
+part (:mod:`hooks.children.readonly`) decides from the verdicts who is listed.
 
 Pure: typed values in, a verdict out.
 """
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hooks.children.read_levels import level_problem
 from hooks.core.routing import bootstrap_labelled, bootstrap_labels_text
 from hooks.domain.members import REPLICATION_STATE_SINCE, MemberStatus
 from hooks.domain.model import POD_NAME_LABEL, ClusterSpec
 from hooks.domain.observed import IP, Pod
-from hooks.parts.read_levels import level_problem
 
 #: Why a replica that answers well is still left out: its Pod's Ready condition is False.
 NOT_READY = "Pod not ready (its readiness probe, Patroni's /readiness)"

@@ -3,7 +3,7 @@
 Builders of the desired objects (:func:`desired_service`, :func:`desired_slice`,
 :func:`endpoint`, :func:`desired_objects`) and readers of the observed ones (which Service
 is ours, which Pods our slices list now). The decision of who is listed is
-:mod:`hooks.parts.readonly`'s.
+:mod:`hooks.children.readonly`'s.
 
 Pure: typed observed values in, new dicts out.
 """
@@ -89,7 +89,7 @@ def endpoint(
 ) -> dict[str, Any]:
     """One listed member: its Pod IP and a reference to its Pod; with a ``zone``, that zone
     and the same-zone hint the EndpointSlice controller writes for ``PreferSameZone``
-    (:mod:`hooks.parts.read_zones`)."""
+    (:mod:`hooks.children.read_zones`)."""
     target: dict[str, Any] = {"kind": "Pod", "namespace": namespace, "name": name}
     if pod.uid is not None:
         target["uid"] = pod.uid

@@ -1,6 +1,6 @@
 """The backup Job's shell script and the CronJob that runs it: builders, no decisions.
 
-:mod:`hooks.parts.backup` decides whether the CronJob exists and what the status says;
+:mod:`hooks.children.backup` decides whether the CronJob exists and what the status says;
 this module builds the object (with only the fields we own) and the script, and keeps
 resource quantities as the API server stores them.
 

@@ -9,7 +9,7 @@ the read-only Service with its EndpointSlices, the backup CronJob). It declares
 * its condition type and the enum of that condition's reasons,
 
 and plans its share of one sync from one frozen :class:`PartContext`: the children to
-reply, its fields of ``status``, and its condition. :mod:`hooks.parts` registers the parts;
+reply, its fields of ``status``, and its condition. :mod:`hooks.children` registers the parts;
 :func:`hooks.sync.reconcile`, ``/customize`` and the declared-children check iterate over
 that registry.
 

@@ -1,9 +1,9 @@
 """Reads by consistency level: which replicas the leader counts in its synchronous commit.
 
-``spec.replicaService.consistency`` narrows the replicas :mod:`hooks.parts.readonly` lists:
+``spec.replicaService.consistency`` narrows the replicas :mod:`hooks.children.readonly` lists:
 
 * ``lag`` (the default, the behaviour before the field existed): every rule of
-  :func:`hooks.parts.readonly.classify`, replay within ``maxLagBytes``;
+  :func:`hooks.children.readonly.classify`, replay within ``maxLagBytes``;
 * ``synchronous``: those rules, and the leader reports the member's walsender with
   ``sync_state: sync`` (Patroni ``synchronous_mode: true``: a commit waits for it);
 * ``quorum``: those rules, and ``sync_state: quorum`` (Patroni 4.0's

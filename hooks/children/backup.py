@@ -1,9 +1,9 @@
 """Scheduled base backups: the CronJob child, its condition, and the status from its Jobs.
 
-Pure, like every part (:mod:`hooks.parts.base`); the CronJob and the script its Job runs
-are built in :mod:`hooks.parts.backup_cronjob`.
+Pure, like every part (:mod:`hooks.children.base`); the CronJob and the script its Job runs
+are built in :mod:`hooks.children.backup_cronjob`.
 
-**What a backup is.** The Job runs :func:`~hooks.parts.backup_cronjob.backup_script` with
+**What a backup is.** The Job runs :func:`~hooks.children.backup_cronjob.backup_script` with
 ``/bin/sh``: ``pg_basebackup`` against the *primary Service* (``PGHOST`` is
 ``spec.serviceRef.name``, so the backup always comes from the current leader, through the
 Service the hook keeps on it), with streamed WAL (``-X stream``: the backup is
@@ -28,10 +28,10 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+from hooks.children.backup_cronjob import cronjob_name, desired_cronjob
+from hooks.children.base import ChildGroup, Part, PartContext, PartPlan
 from hooks.domain.model import BACKUP_OF_LABEL, CRONJOB_KEY, ClusterSpec, Condition
 from hooks.domain.observed import BackupRecord, Job, PreviousBackup, parse_time
-from hooks.parts.backup_cronjob import cronjob_name, desired_cronjob
-from hooks.parts.base import ChildGroup, Part, PartContext, PartPlan
 
 CONDITION = "BackupScheduled"
 

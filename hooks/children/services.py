@@ -1,7 +1,7 @@
 """Which observed Service is which: the primary's, a read-only one, one outside this controller.
 
 Both Service parts read this; neither imports the other (each part stands on
-:mod:`hooks.parts.base` and on the shared readers here, so a part can change without the
+:mod:`hooks.children.base` and on the shared readers here, so a part can change without the
 other following).
 
 Pure: typed observed values in, answers out.
