@@ -196,3 +196,14 @@ def test_bounded_loads_refuses_by_rule_with_a_message() -> None:
         assert str(refused.value) == message or (
             message == "is not" and str(refused.value).startswith(("is not UTF-8", "is not valid"))
         )
+
+
+def test_bounded_loads_turns_the_parsers_own_recursion_limit_into_a_refusal() -> None:
+    """With a depth limit set past Python's recursion limit (a caller's mistake), the parser's
+    RecursionError still becomes the same kind of refusal, never an exception of its own."""
+    from hooks.loaders.jsonbody import JsonRefused, bounded_loads
+
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(JsonRefused) as refused:
+        bounded_loads(deep, max_bytes=1_000_000, max_depth=1_000_000)
+    assert str(refused.value) == "nests too deeply"

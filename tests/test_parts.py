@@ -164,3 +164,47 @@ def test_a_registered_part_reaches_customize_and_the_declared_children_check() -
     assert missing == [
         f"does not declare child example.com/v1 widgets (needed by spec.widget of {CLUSTER})"
     ]
+
+
+def _by_name_rules(spec: ClusterSpec, uid: str | None) -> list[Mapping[str, Any]]:
+    return [
+        {"apiVersion": "v1", "resource": "services", "names": ["pg-orders"]},
+        {"apiVersion": "v1", "resource": "secrets", "names": ["pg-orders"]},
+        {"apiVersion": "example.com/v1", "resource": "services", "names": ["pg-orders"]},
+        {"apiVersion": "v1", "resource": "services", "names": ["pg-orders", "pg-orders-ro"]},
+    ]
+
+
+BY_NAME = Part(
+    name="by-name",
+    condition="WidgetReady",
+    reasons=WidgetReason,
+    child_groups=(),
+    related_rules=_by_name_rules,
+    plan=_widget_plan,
+)
+
+
+def test_rules_by_name_merge_per_api_version_and_resource_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One rule per (apiVersion, resource): another resource or another group's resource of
+    the same name is a rule of its own, and a name already listed is not listed twice."""
+    monkeypatch.setattr(children, "PARTS", (BY_NAME,))
+    spec = load_sync_request(sync_body()).spec
+    assert spec is not None
+    rules = children.related_rules(spec, "u-1", "db")
+    assert [(r["apiVersion"], r["resource"], r["names"], r["namespace"]) for r in rules] == [
+        ("v1", "services", ["pg-orders", "pg-orders-ro"], "db"),
+        ("v1", "secrets", ["pg-orders"], "db"),
+        ("example.com/v1", "services", ["pg-orders"], "db"),
+    ]
+
+
+def test_rules_without_a_namespace_name_none() -> None:
+    """Without the parent's namespace (an unscoped call) the rules carry no namespace key at
+    all, not a null one; with it, every rule is scoped to it."""
+    spec = load_sync_request(sync_body()).spec
+    assert spec is not None
+    assert all("namespace" not in rule for rule in children.related_rules(spec, "u-1"))
+    assert all(rule["namespace"] == "db" for rule in children.related_rules(spec, "u-1", "db"))
