@@ -378,3 +378,23 @@ def test_when_failsafe_keeps_a_primary_that_answers_503_the_service_is_kept_and_
     answers[P1] = MemberStatus.from_api_response(P1, 503, body)
     _, outcome = run(request, answers)
     assert "failsafe" not in condition(outcome, "Ready")["message"]
+
+
+def test_the_failsafe_note_is_the_leaders_own_flag_word_for_word() -> None:
+    """The note is added when the *leader* says failsafe holds it, in these words; a replica
+    that still reports the flag (it is set on ``POST /failsafe``) adds nothing."""
+    body = request_body(spec=rs_spec())
+    _, outcome = run(body, failsafe_answers(P1))
+    service = outcome.body["status"]["service"]
+    assert condition(outcome, "PrimaryRouted")["message"] == (
+        f"Patroni reports {P1} as leader (timeline 1); Service {service} selects it; "
+        "Patroni failsafe mode is active: the DCS is unreachable and every member "
+        "acknowledged this leader (no failover is possible until the DCS is back)"
+    )
+    answers = failsafe_answers(P1)
+    leader_body = patroni_body("primary", name=P1)
+    leader_body["xlog"] = {"location": LEADER_AT}
+    answers[P1] = MemberStatus.from_api_response(P1, 200, leader_body)
+    _, outcome = run(body, answers)
+    assert outcome.decision is Decision.ROUTED
+    assert "failsafe" not in condition(outcome, "PrimaryRouted")["message"]

@@ -407,3 +407,48 @@ def test_the_app_end_to_end_answers_not_owned_then_routes_once_adopted(
     assert service["spec"]["selector"] == service_selector(P0)
     ready = next(c for c in reply["status"]["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("True", "LeaderFound")
+
+
+def test_the_not_owned_messages_word_for_word() -> None:
+    """Each way to hand the Service over, in the exact words `kubectl pgfh status` shows."""
+    head = f"Service {SERVICE_NAME} exists but is not owned by this PostgreSQLCluster"
+    finding = "its selector is not pinned to the leader (Patroni reports pg-orders-0 as leader)"
+    adopt = f"kubectl pgfh adopt {CLUSTER} -n {NAMESPACE}"
+    other = {**OPERATOR, "kind": "Other", "name": "x", "uid": "u-2", "controller": False}
+    _, outcome = run(body_with([foreign(owners=[OPERATOR, other])]), LEADER_0)
+    assert condition(outcome, "Ready")["message"] == (
+        f"{head} (PostgresCluster orders (acid.example/v1, controller), Other x "
+        f"(acid.example/v1)): {finding}; PostgresCluster orders controls it, so it is not "
+        f"taken over: stop that controller, then hand it over with `{adopt} --force` (removes "
+        "that controller reference), or set spec.serviceRef.name to a new name"
+    )
+    _, outcome = run(body_with([foreign()]), LEADER_0)
+    assert condition(outcome, "Ready")["message"] == (
+        f"{head} (no owner references): {finding}; hand it over with `{adopt}` (labels it "
+        f"{CONTROLLER_UID_LABEL}={PARENT_UID}; Metacontroller adopts it and the selector is "
+        "pinned from its next sync), or set spec.serviceRef.name to a new name"
+    )
+    _, outcome = run(body_with([foreign(labels={CONTROLLER_UID_LABEL: PARENT_UID})]), LEADER_0)
+    assert condition(outcome, "Ready")["message"] == (
+        f"{head} (no owner references): {finding}; it is labelled "
+        f"{CONTROLLER_UID_LABEL}={PARENT_UID} for adoption; Metacontroller adopts it on its "
+        "next sync (if this stays, check that Metacontroller may update Services)"
+    )
+    _, outcome = run(body_with([foreign(deleting=True)]), LEADER_0)
+    assert condition(outcome, "Ready")["message"] == (
+        f"{head} (no owner references): it is being deleted, and is created anew once it is "
+        "gone (Patroni reports pg-orders-0 as leader)"
+    )
+    asked = services_in(outcome.body)[SERVICE_NAME]
+    assert asked["metadata"]["namespace"] == NAMESPACE
+
+
+def test_an_owned_service_without_a_spec_is_kept_with_the_leaders_selector() -> None:
+    """Free input: a Service we own that reads back without ``spec`` is still moved, beside a
+    foreign one and on its own (under an old serviceRef name)."""
+    old = make_service("pg-orders-old", P1)
+    del old["spec"]
+    for related in ([foreign()], None):
+        _, outcome = run(body_with(related, services=[copy.deepcopy(old)]), LEADER_0)
+        kept = services_in(outcome.body)["pg-orders-old"]
+        assert kept["spec"]["selector"] == service_selector(P0)
