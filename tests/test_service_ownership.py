@@ -452,3 +452,17 @@ def test_an_owned_service_without_a_spec_is_kept_with_the_leaders_selector() -> 
         _, outcome = run(body_with(related, services=[copy.deepcopy(old)]), LEADER_0)
         kept = services_in(outcome.body)["pg-orders-old"]
         assert kept["spec"]["selector"] == service_selector(P0)
+
+
+def test_a_foreign_read_only_service_is_named_with_its_owners_word_for_word() -> None:
+    other = {**OPERATOR, "kind": "Other", "name": "x", "uid": "u-2", "controller": False}
+    body = body_with([foreign(name=READ_ONLY, owners=[OPERATOR, other])], spec=rs_spec())
+    body["children"][ENDPOINTSLICE_KEY] = {}
+    _, outcome = run(body, LEADER_0)
+    assert condition(outcome, "ReplicasRouted")["message"] == (
+        f"Service {READ_ONLY} exists but is not owned by this PostgreSQLCluster (PostgresCluster "
+        "orders (acid.example/v1, controller), Other x (acid.example/v1)): no read-only "
+        "endpoints are written for it; set spec.replicaService.name to a new name, or delete "
+        "that Service"
+    )
+    assert outcome.body["status"]["replicaService"] == READ_ONLY
