@@ -101,11 +101,13 @@ def test_after_a_switchover_no_write_through_the_cluster_ip_reaches_the_demoted_
                 client_figures(timeline, n, rig.writers.snapshot(n), samples) for n in CLIENTS
             ]
             assert all(rig.writers.alive().values())
-    # The hops in causal order, from the watches (the slice's may lead the Service's by 50 ms:
-    # two watch connections).
+    # The hops in causal order, each seen by its own observer, so each with a 50 ms slack: the
+    # slice's watch may lead the Service's (two watch connections), and kube-proxy's own watch
+    # may deliver the slice (and its rules be read back) before the test's watch does: CI saw
+    # the rules 7 ms ahead of the test's slice event.
     assert service_moved is not None, kube.slices.selectors
     assert timeline.promoted - 0.05 < service_moved <= slice_moved + 0.05, timeline
-    assert slice_moved <= rules_moved, timeline
+    assert slice_moved <= rules_moved + 0.05, timeline
     for figure in figures:
         assert figure.downtime is not None and figure.downtime < DOWNTIME_BOUND, figure
         assert figure.read_only_after_rules == 0, figure
