@@ -87,8 +87,12 @@ lint: $(STAMP) ## ruff, ruff format --check, mypy --strict, the import contracts
 # slowest tests are printed at the end, where CI time goes.
 JUNIT := .run/junit.xml
 
-test: $(STAMP) lint promtool image-tools controlplane helm ## lint, then the whole test suite (writes .run/junit.xml)
-	$(BIN)/python -m pytest --junitxml=$(JUNIT) --durations=25
+# Two pytest-xdist workers: each module runs whole on one, the real-Patroni ones all on the same
+# one (tests/worker_groups.py says why); the other runs the control-plane faults and the rest.
+TEST_WORKERS ?= 2
+
+test: $(STAMP) lint promtool image-tools controlplane helm ## lint, then the whole test suite on TEST_WORKERS (2) workers (writes .run/junit.xml)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --junitxml=$(JUNIT) --durations=25
 
 readme-figures: $(STAMP) ## rewrite the README's test figures from the last `make test` (.run/junit.xml)
 	$(BIN)/python -m tests.suite_figures $(JUNIT) README.md

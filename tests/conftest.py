@@ -13,8 +13,9 @@ from hooks.shell.config import HookSettings
 from tests.helpers import NO_AUTH, NOW, FakeProber
 
 # The real 3-member Patroni cluster (session scope): see tests/patroni_fixtures.py; the real
-# Kubernetes control plane (session scope): tests/controlplane_fixtures.py.
-pytest_plugins = ["tests.patroni_fixtures", "tests.controlplane_fixtures"]
+# Kubernetes control plane (session scope): tests/controlplane_fixtures.py; which tests share
+# a pytest-xdist worker: tests/worker_groups.py.
+pytest_plugins = ["tests.patroni_fixtures", "tests.controlplane_fixtures", "tests.worker_groups"]
 
 
 @pytest.fixture

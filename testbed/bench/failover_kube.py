@@ -104,8 +104,9 @@ from testbed.metacontroller.loop import POD_NAME_LABEL
 from testbed.patroni import PatroniCluster
 from testbed.patroni.kubernetes_dcs import KubernetesDCS, create_member_pods, grant_patroni_rights
 
-#: The Kubernetes-DCS clusters' block (tests/test_patroni_kubernetes_dcs.py): not 127.0.0.2-4.
-KUBERNETES_FIRST_IP = 12
+#: The Kubernetes-DCS clusters' block: not the session cluster's 127.0.0.2-4, nor the 12-14 of
+#: tests/test_patroni_kubernetes_dcs.py, which may run at the same time on the other worker.
+KUBERNETES_FIRST_IP = 22
 #: How long one failover may take end to end (a kill waits for the 20 s TTL).
 FAILOVER_TIMEOUT = 90.0
 #: After the new leader is promoted, how long the slice may take to list it (a poll miss).
