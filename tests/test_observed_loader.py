@@ -15,6 +15,7 @@ import pytest
 
 from hooks.domain.model import LAST_APPLIED_ANNOTATION
 from hooks.domain.observed import CronJobChild, PreviousMember, ServiceChild, SliceChild
+from hooks.loaders.jsonbody import json_integer
 from hooks.loaders.observed import load_child, load_jobs, load_pod
 from hooks.loaders.previous_status import load_previous_status
 
@@ -207,3 +208,24 @@ def test_bounded_loads_turns_the_parsers_own_recursion_limit_into_a_refusal() ->
     with pytest.raises(JsonRefused) as refused:
         bounded_loads(deep, max_bytes=1_000_000, max_depth=1_000_000)
     assert str(refused.value) == "nests too deeply"
+
+
+@pytest.mark.parametrize(
+    ("decoded", "expected"),
+    [
+        (0, 0),
+        (5432, 5432),
+        (-1, -1),
+        (True, None),
+        (False, None),
+        (5432.0, None),
+        ("5432", None),
+        (None, None),
+    ],
+)
+def test_json_integer_reads_integers_only_never_a_boolean_or_a_float(
+    decoded: object, expected: int | None
+) -> None:
+    """A port or a timeline: JSON's ``true`` is an ``int`` to Python but no number here."""
+    assert json_integer(decoded) == expected
+    assert type(json_integer(decoded)) is type(expected)

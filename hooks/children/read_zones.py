@@ -65,10 +65,10 @@ def decide(
     """
     if traffic_distribution is None:
         return ZoneDecision()
-    found = {name: labels.get(ZONE_LABEL, "") for name, labels in listed}
-    if not found:
+    if not listed:
         return ZoneDecision(note=f"zone hints ({traffic_distribution}): no endpoint listed")
-    unzoned = sorted(name for name, zone in found.items() if not zone)
+    # A label that is absent and one that is empty both leave the member unzoned.
+    unzoned = sorted(name for name, labels in listed if not labels.get(ZONE_LABEL))
     if unzoned:
         return ZoneDecision(
             note=(
@@ -76,5 +76,6 @@ def decide(
                 f"{', '.join(unzoned)}, so every client may reach every listed member"
             )
         )
+    found = {name: labels[ZONE_LABEL] for name, labels in listed}
     zones = ", ".join(f"{name} {zone}" for name, zone in sorted(found.items()))
     return ZoneDecision(found, f"zone hints ({traffic_distribution}): {zones}")

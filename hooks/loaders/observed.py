@@ -46,7 +46,7 @@ from hooks.domain.observed import (
     SliceChild,
     is_time,
 )
-from hooks.loaders.jsonbody import JsonRefused, bounded_loads
+from hooks.loaders.jsonbody import JsonRefused, bounded_loads, json_integer
 from hooks.loaders.previous_status import load_previous_status
 
 T = TypeVar("T", bound=Child)
@@ -93,11 +93,6 @@ def _strings(metadata: Mapping[str, Any], field: str) -> Mapping[str, str]:
 
 def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else EMPTY
-
-
-def _integer(value: object) -> int | None:
-    """An integer, never a boolean (JSON's ``true`` is not a port)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 # ------------------------------------------------------------------ all at once
@@ -214,7 +209,7 @@ def _container_ports(spec: Mapping[str, Any]) -> dict[str, int]:
         container_ports = container.get("ports") if isinstance(container, Mapping) else None
         for port in container_ports if isinstance(container_ports, list) else []:
             if isinstance(port, Mapping) and isinstance(port.get("name"), str):
-                number = _integer(port.get("containerPort"))
+                number = json_integer(port.get("containerPort"))
                 if number is not None:
                     declared.setdefault(port["name"], number)
     return declared

@@ -23,6 +23,7 @@ from hooks.domain.observed import (
     PreviousStatus,
     is_time,
 )
+from hooks.loaders.jsonbody import json_integer
 
 
 def load_previous_status(status: object) -> PreviousStatus:
@@ -46,7 +47,7 @@ def load_previous_status(status: object) -> PreviousStatus:
         ),
         by_type=MappingProxyType({c.type: c for c in conditions}),
         ready=next((c for c in conditions if c.type == "Ready"), None),
-        timeline=_integer(timeline),
+        timeline=json_integer(timeline),
         backup=_previous_backup(status.get("backup")),
         raw=MappingProxyType(status),
     )
@@ -78,18 +79,13 @@ def _previous_member(entry: Mapping[str, Any]) -> PreviousMember:
         reachable=reachable if isinstance(reachable, bool) else None,
         role=_text(entry.get("role")),
         state=_text(entry.get("state")),
-        timeline=_integer(entry.get("timeline")),
+        timeline=json_integer(entry.get("timeline")),
         reason=_text(entry.get("reason")),
     )
 
 
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
-
-
-def _integer(value: object) -> int | None:
-    """An integer, never a boolean (JSON's ``true`` is not a timeline)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _previous_backup(value: object) -> PreviousBackup:
