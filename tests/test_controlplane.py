@@ -20,9 +20,8 @@ from testbed.kubernetes import ControlPlane, ControlPlaneError, binaries, server
 from testbed.kubernetes.binaries import PROGRAMS, pinned_version
 from testbed.kubernetes.kubelet import POD_IP_ANNOTATION, KubeletStandIn
 from testbed.kubernetes.podnet import loopback_ip, pod_ip
+from testbed.kubernetes.pods import NODE
 from testbed.kubernetes.rest import KubeRest
-
-NODE = "pgfh-node-0"
 
 
 def wait_for(predicate: Any, timeout: float, what: str) -> Any:

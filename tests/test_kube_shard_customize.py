@@ -30,11 +30,11 @@ import pytest
 import requests
 
 from testbed.kubernetes import ControlPlane
+from testbed.kubernetes.pods import POD_NAME_LABEL
 from testbed.kubernetes.rest import KubeApiError, resource_path
 from testbed.metacontroller.gunicorn import GunicornHook
 from testbed.metacontroller.harness import CLUSTER, PRIMARY_SELECTOR, SERVICE, rig_hook
 from testbed.metacontroller.kube_rig import HOOK_ENV, PARENT_API, PARENTS
-from testbed.metacontroller.loop import POD_NAME_LABEL
 from testbed.metacontroller.metacontroller_binary import ENV_BINARY
 from testbed.patroni import PatroniCluster
 from tests.kube_faults import rig_on, wait_status

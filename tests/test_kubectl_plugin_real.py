@@ -61,6 +61,7 @@ from testbed.kubernetes import ControlPlane, ControlPlaneError, start_control_pl
 from testbed.kubernetes.binaries import pinned_version
 from testbed.kubernetes.kubelet import POD_IP_ANNOTATION, KubeletStandIn
 from testbed.kubernetes.podnet import pod_ip
+from testbed.kubernetes.pods import NODE, READINESS_PROBE, patroni_pod
 from testbed.kubernetes.rest import KubeRest, resource_path
 from testbed.metacontroller.kube_setup import apply_crds
 from tests.child_helpers import MIB, READ_ONLY, answer
@@ -78,7 +79,7 @@ P0, P1, P2 = MEMBERS
 #: The loopback address behind each member's Pod IP (not the devcluster's 127.0.0.2-4).
 LOOPBACK = {P0: "127.0.0.41", P1: "127.0.0.42", P2: "127.0.0.43"}
 IPS = {name: pod_ip(address) for name, address in LOOPBACK.items()}
-NODE = "pgfh-node-0"
+
 LABELS = {"application": "patroni", "cluster-name": CLUSTER}
 HOOK_NS = "pg-failover-hook"
 SECRET = "pg-failover-hook-auth"
@@ -187,45 +188,22 @@ class Member:
 
 
 def member_pod(member: Member) -> dict[str, Any]:
-    """A Patroni member Pod as a StatefulSet makes it, bound to the stand-in's Node."""
+    """A Patroni member Pod as a StatefulSet makes it (the test bed's one member Pod, with
+    the StatefulSet's index label, hostname and subdomain), bound to the stand-in's Node.
+    Its probe is Patroni's /readiness at the loopback server's port (a kernel-chosen one, so
+    runs never collide); one failure turns it not Ready."""
     index = member.name.rsplit("-", 1)[1]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": member.name,
-            "namespace": NS,
-            "labels": {
-                **LABELS,
-                "apps.kubernetes.io/pod-index": index,
-                "statefulset.kubernetes.io/pod-name": member.name,
-            },
-            "annotations": {POD_IP_ANNOTATION: IPS[member.name]},
-        },
-        "spec": {
-            "nodeName": NODE,
-            "hostname": member.name,
-            "subdomain": CLUSTER,
-            "containers": [
-                {
-                    "name": "postgres",
-                    "image": "ghcr.io/zalando/spilo-17:4.0-p3",
-                    "ports": [
-                        {"name": "postgresql", "containerPort": 5432},
-                        {"name": "patroni", "containerPort": 8008},
-                    ],
-                    # Patroni's /readiness, as Patroni Pods commonly carry it. Its port is
-                    # the loopback server's (a kernel-chosen one, so runs never collide).
-                    "readinessProbe": {
-                        "httpGet": {"path": "/readiness", "port": member.port},
-                        "periodSeconds": 1,
-                        "timeoutSeconds": 1,
-                        "failureThreshold": 1,
-                    },
-                }
-            ],
-        },
-    }
+    pod = patroni_pod(
+        member.name,
+        NS,
+        {**LABELS, "apps.kubernetes.io/pod-index": index},
+        annotations={POD_IP_ANNOTATION: IPS[member.name]},
+        readiness={**READINESS_PROBE, "httpGet": {"path": "/readiness", "port": member.port}}
+        | {"failureThreshold": 1},
+        image="ghcr.io/zalando/spilo-17:4.0-p3",
+    )
+    pod["spec"] |= {"hostname": member.name, "subdomain": CLUSTER}
+    return pod
 
 
 # ------------------------------------------------------------------ Metacontroller's part

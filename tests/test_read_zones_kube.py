@@ -50,11 +50,11 @@ from testbed.kubernetes.kube_proxy import MODES, KubeProxy, running_kube_proxy
 from testbed.kubernetes.kubelet import POD_IP_ANNOTATION, KubeletStandIn
 from testbed.kubernetes.netns import ClientNetns, client_netns
 from testbed.kubernetes.podnet import pod_ip
+from testbed.kubernetes.pods import POD_NAME_LABEL, patroni_pod
 from testbed.kubernetes.rest import KubeApiError, KubeRest, resource_path
 from testbed.metacontroller.gunicorn import GunicornHook
 from testbed.metacontroller.harness import PRIMARY_SELECTOR, rig_hook
-from testbed.metacontroller.kube_rig import HOOK_ENV, KubeRig, kube_rig, patroni_pod
-from testbed.metacontroller.loop import POD_NAME_LABEL
+from testbed.metacontroller.kube_rig import HOOK_ENV, KubeRig, kube_rig
 from testbed.patroni import PatroniCluster
 
 pytestmark = [pytest.mark.patroni, pytest.mark.gunicorn, pytest.mark.kube, pytest.mark.slow]

@@ -37,11 +37,11 @@ import requests
 import yaml
 
 from testbed.kubernetes import ControlPlane
+from testbed.kubernetes.pods import POD_NAME_LABEL
 from testbed.kubernetes.rest import KubeRest, resource_path
 from testbed.metacontroller.gunicorn import GunicornHook
 from testbed.metacontroller.harness import CLUSTER, PRIMARY_SELECTOR, SERVICE, rig_hook
 from testbed.metacontroller.kube_rig import HOOK_ENV, KubeRig
-from testbed.metacontroller.loop import POD_NAME_LABEL
 from testbed.patroni import PatroniCluster
 from tests.kube_faults import rig_on, wait_status
 from tests.test_kubectl_plugin_real import pgfh, wait_for

@@ -23,10 +23,11 @@ from testbed.bench.pgbouncer import PgBouncer, running_pgbouncer
 from testbed.bench.writers import ConnectionSampler, Writers, WriterSpec
 from testbed.kubernetes.kube_proxy import KubeProxy, running_kube_proxy
 from testbed.kubernetes.netns import ClientNetns, client_netns
+from testbed.kubernetes.pods import NODE
 from testbed.kubernetes.rest import resource_path
 from testbed.kubernetes.servers import ControlPlane
 from testbed.metacontroller.harness import SERVICE
-from testbed.metacontroller.kube_rig import NODE, KubeRig
+from testbed.metacontroller.kube_rig import KubeRig
 
 PORT_NAME = "postgresql"
 #: Client paths: name → (policy, through what: ``None`` for the ClusterIP itself, a PgBouncer

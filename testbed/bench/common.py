@@ -19,6 +19,7 @@ from typing import Any
 
 import requests
 
+from testbed.kubernetes.pods import POD_NAME_LABEL
 from testbed.metacontroller.apply import HookError, World, apply_reply, check_reply
 from testbed.metacontroller.gunicorn import credentials_for
 
@@ -27,7 +28,6 @@ FIXTURES = REPO / "tests" / "fixtures" / "metacontroller"
 BASE = "sync-service-selects-old-leader.json"
 NAMESPACE = "databases"
 SERVICE = "pg-orders-primary"
-POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 
 
 def fixture(name: str = BASE) -> dict[str, Any]:

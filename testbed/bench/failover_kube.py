@@ -96,11 +96,11 @@ from testbed.bench.failover_patroni import KINDS, Sampler, Writer
 from testbed.kubernetes import ControlPlane, start_control_plane
 from testbed.kubernetes.accounts import metacontroller_kubeconfig
 from testbed.kubernetes.podnet import ensure_pod_network
+from testbed.kubernetes.pods import POD_NAME_LABEL
 from testbed.kubernetes.rest import KubeApiError, KubeRest
 from testbed.metacontroller.gunicorn import GunicornHook
 from testbed.metacontroller.harness import CLUSTER, rig_hook
 from testbed.metacontroller.kube_rig import HOOK_ENV, KubeRig, kube_rig
-from testbed.metacontroller.loop import POD_NAME_LABEL
 from testbed.patroni import PatroniCluster
 from testbed.patroni.kubernetes_dcs import KubernetesDCS, create_member_pods, grant_patroni_rights
 

@@ -21,7 +21,7 @@ from hooks.domain.model import DEFAULT_EVENT_DRIVEN_RESYNC_SECONDS, ResyncTiming
 from hooks.shell.config import HookSettings
 from testbed.bench.failover_patroni import KINDS
 from testbed.bench.stats import p50_p95_max
-from testbed.metacontroller.loop import POD_NAME_LABEL
+from testbed.kubernetes.pods import POD_NAME_LABEL
 from testbed.metacontroller.metacontroller_binary import ENV_BINARY
 
 DCS_MODES = ("etcd", "endpoints", "configmaps")

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from testbed.kubernetes.podnet import pod_ip
+from testbed.kubernetes.pods import POD_NAME_LABEL
 from testbed.kubernetes.rest import KubeApiError, KubeRest, resource_path
 from testbed.kubernetes.watch import Reflector
 from testbed.metacontroller.harness import SERVICE
 from testbed.metacontroller.kube_rig import KubeRig, SliceWatch
-from testbed.metacontroller.loop import POD_NAME_LABEL
 from testbed.patroni import PatroniCluster
 
 #: The side-by-side Service with ``publishNotReadyAddresses`` (not one of Patroni's names).

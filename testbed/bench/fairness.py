@@ -39,11 +39,11 @@ from urllib.parse import urlsplit
 
 from testbed.bench.common import encode, recorded_body
 from testbed.fakes.patroni_fast import HUNG, LEADER, REPLICA, fake_members
+from testbed.kubernetes.pods import POD_NAME_LABEL
 from testbed.metacontroller.gunicorn import gunicorn_hook
 
 QUIET = ["pg-orders-0", "pg-orders-1", "pg-orders-2"]
 NOISY_MEMBERS = 63
-POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 
 
 @dataclass

@@ -20,9 +20,9 @@ from typing import Any
 
 from hooks.loaders.envelope import load_customize_call
 from hooks.shell.handler import handle_customize
+from testbed.kubernetes.pods import patroni_pod
 from testbed.kubernetes.rest import KubeApiError, KubeRest, resource_path
 from testbed.metacontroller.gunicorn import free_port
-from testbed.metacontroller.kube_rig import patroni_pod
 
 PARENT_API = "adg.io/v1alpha1"
 PARENTS = "postgresqlclusters"
@@ -167,7 +167,7 @@ def parent_object(name: str, namespace: str, shard: int) -> dict[str, Any]:
 
 def pod_object(name: str, namespace: str, labels: Mapping[str, str]) -> dict[str, Any]:
     """An unscheduled Pod (no kubelet runs it: only its labels and changes matter here)."""
-    return patroni_pod(name, namespace, labels, node=None, readiness=False)
+    return patroni_pod(name, namespace, labels, node=None, readiness=None)
 
 
 @dataclass(frozen=True)

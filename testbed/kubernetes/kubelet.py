@@ -34,6 +34,7 @@ from typing import Any
 
 import requests
 
+from testbed.kubernetes.pods import NODE
 from testbed.kubernetes.rest import KubeApiError, KubeRest
 from testbed.kubernetes.watch import Reflector
 
@@ -91,7 +92,7 @@ class KubeletStandIn:
     def __init__(
         self,
         api: KubeRest,
-        node_name: str = "pgfh-node-0",
+        node_name: str = NODE,
         *,
         on_terminate: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:

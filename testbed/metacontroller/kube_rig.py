@@ -26,13 +26,13 @@ from typing import Any
 
 from testbed.kubernetes.kubelet import POD_IP_ANNOTATION, KubeletStandIn
 from testbed.kubernetes.podnet import pod_ip
+from testbed.kubernetes.pods import NODE, patroni_pod
 from testbed.kubernetes.rest import KubeApiError, KubeRest, resource_path
 from testbed.kubernetes.watch import Reflector
 from testbed.metacontroller.harness import CLUSTER, PRIMARY_SELECTOR, SERVICE
 from testbed.metacontroller.kube import KubeMetacontroller
 from testbed.metacontroller.kube_records import KubeSyncRecord
 from testbed.metacontroller.kube_setup import install
-from testbed.metacontroller.loop import POD_NAME_LABEL
 from testbed.metacontroller.metacontroller_binary import (
     ENV_BINARY,
     MetacontrollerBinary,
@@ -42,67 +42,16 @@ from testbed.metacontroller.metacontroller_replica import BinaryReplica, Standin
 from testbed.metacontroller.supervisor import Container, Supervisor
 from testbed.patroni import PatroniCluster
 
-NODE = "pgfh-node-0"
 PARENT_API = "adg.io/v1alpha1"
 PARENTS = "postgresqlclusters"
-#: The readiness probe of a Patroni Pod (docs/deploy.md, "Readiness probe of the Patroni Pods").
-READINESS_PROBE: dict[str, Any] = {
-    "httpGet": {"path": "/readiness", "port": 8008},
-    "periodSeconds": 1,
-    "timeoutSeconds": 1,
-    "failureThreshold": 3,
-}
 #: What the hook must be told to probe the test Pod network (and nothing else).
 HOOK_ENV = {"PGFH_ALLOWED_POD_CIDRS": "198.18.0.0/24"}
-
-
-def patroni_pod(
-    name: str,
-    namespace: str,
-    labels: Mapping[str, str],
-    *,
-    annotations: Mapping[str, str] | None = None,
-    node: str | None = NODE,
-    readiness: bool = True,
-) -> dict[str, Any]:
-    """A Patroni member Pod as the test beds create it: one ``patroni`` container with
-    PostgreSQL's and Patroni's ports, on ``node`` (``None``: unscheduled), with Patroni's
-    readiness probe when the rig's kubelet stand-in is to run it (``readiness``). The one
-    manifest the rig, ``testbed.bench.fleet.kube_objects`` and ``testbed.bench.related_walk``
-    build their Pods from."""
-    container: dict[str, Any] = {
-        "name": "patroni",
-        "image": "patroni",
-        "ports": [
-            {"name": "postgresql", "containerPort": 5432},
-            {"name": "patroni", "containerPort": 8008},
-        ],
-    }
-    if readiness:
-        container["readinessProbe"] = READINESS_PROBE
-    spec: dict[str, Any] = {"automountServiceAccountToken": False, "containers": [container]}
-    if node is not None:
-        spec["nodeName"] = node
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": dict(labels),
-            "annotations": dict(annotations or {}),
-        },
-        "spec": spec,
-    }
 
 
 def member_pod(name: str, loopback: str, namespace: str) -> dict[str, Any]:
     """Member ``name`` of the rig's cluster, its Pod IP the one of ``loopback``."""
     return patroni_pod(
-        name,
-        namespace,
-        {**PRIMARY_SELECTOR, POD_NAME_LABEL: name},
-        annotations={POD_IP_ANNOTATION: pod_ip(loopback)},
+        name, namespace, PRIMARY_SELECTOR, annotations={POD_IP_ANNOTATION: pod_ip(loopback)}
     )
 
 

@@ -27,11 +27,11 @@ from typing import Any
 
 import requests
 
+from testbed.kubernetes.pods import patroni_pod, running_status
 from testbed.metacontroller.apply import Applied, HookError, World, apply_reply, check_reply
 from testbed.metacontroller.gunicorn import credentials_for
 from testbed.metacontroller.ratelimit import default_controller_rate_limiter
 
-POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 #: The one parent's key in the rate limiter.
 PARENT_KEY = "parent"
 
@@ -292,25 +292,10 @@ def make_pod(
     ready: bool = True,
     resource_version: int = 1,
 ) -> dict[str, Any]:
-    """A StatefulSet Pod as the informer would deliver it (the parts the hook reads)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {**labels, POD_NAME_LABEL: name},
-            "resourceVersion": str(resource_version),
-        },
-        "spec": {
-            "containers": [
-                {"name": "patroni", "ports": [{"name": "patroni", "containerPort": 8008}]}
-            ]
-        },
-        "status": {
-            "phase": "Running",
-            "podIP": ip,
-            "podIPs": [{"ip": ip}],
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        },
-    }
+    """A StatefulSet Pod as the informer would deliver it: the test bed's one member Pod
+    (:func:`testbed.kubernetes.pods.patroni_pod`, unscheduled, no probe: nothing runs it)
+    with the status a kubelet would have written."""
+    pod = patroni_pod(name, namespace, labels, node=None, readiness=None)
+    pod["metadata"]["resourceVersion"] = str(resource_version)
+    pod["status"] = running_status(ip, ready=ready)
+    return pod

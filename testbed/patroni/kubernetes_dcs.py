@@ -39,20 +39,17 @@ from typing import Any
 from testbed.kubernetes.kubeconfig import write_kubeconfig
 from testbed.kubernetes.kubelet import POD_IP_ANNOTATION
 from testbed.kubernetes.podnet import pod_ip
+from testbed.kubernetes.pods import patroni_pod
 from testbed.kubernetes.rest import Credentials, KubeApiError, KubeRest
 
 #: The context :func:`testbed.kubernetes.kubeconfig.write_kubeconfig` writes (Patroni's default,
 #: ``kind-kind``, would not exist).
 CONTEXT = "pgfh-test"
 SERVICE_ACCOUNT = "patroni"
-#: The Node the kubelet stand-in registers (:class:`testbed.kubernetes.kubelet.KubeletStandIn`).
-NODE = "pgfh-node-0"
 #: ``PATRONI_KUBERNETES_LABELS``: on every object Patroni creates and in its Pod selector;
 #: Patroni adds ``<scope_label>: <scope>`` itself (``scope_label`` default ``cluster-name``).
 LABELS: Mapping[str, str] = {"application": "patroni"}
 SCOPE_LABEL = "cluster-name"
-#: The StatefulSet controller's per-Pod label (``hooks.domain.model.POD_NAME_LABEL``).
-POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 #: How long the member token lives: longer than any test run, short for a leaked one.
 TOKEN_SECONDS = 3600
 
@@ -130,41 +127,14 @@ def rbac_objects(namespace: str, name: str = SERVICE_ACCOUNT) -> list[dict[str, 
 def member_pod(
     name: str, member_ip: str, *, namespace: str, labels: Mapping[str, str]
 ) -> dict[str, Any]:
-    """The Pod a member patches: a StatefulSet Pod's labels, bound to the stand-in's Node.
+    """The Pod a member patches: the test bed's one member Pod
+    (:func:`testbed.kubernetes.pods.patroni_pod`), bound to the kubelet stand-in's Node.
 
     ``labels`` are Patroni's (:meth:`KubernetesDCS.selector`): Patroni finds its members by
     them. The readiness probe is Patroni's ``/readiness`` at the Pod IP, as in Patroni's own
     ``patroni_k8s.yaml``; the kubelet stand-in runs it and gives the Pod its IP.
     """
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {**labels, POD_NAME_LABEL: name},
-            "annotations": {POD_IP_ANNOTATION: pod_ip(member_ip)},
-        },
-        "spec": {
-            "nodeName": NODE,
-            "containers": [
-                {
-                    "name": "patroni",
-                    "image": "registry.invalid/patroni:devcluster",  # never pulled
-                    "ports": [
-                        {"name": "postgresql", "containerPort": 5432},
-                        {"name": "patroni", "containerPort": 8008},
-                    ],
-                    "readinessProbe": {
-                        "httpGet": {"path": "/readiness", "port": 8008},
-                        "periodSeconds": 1,
-                        "timeoutSeconds": 1,
-                        "failureThreshold": 3,
-                    },
-                }
-            ],
-        },
-    }
+    return patroni_pod(name, namespace, labels, annotations={POD_IP_ANNOTATION: pod_ip(member_ip)})
 
 
 def config_section(pg_port: int) -> dict[str, Any]:

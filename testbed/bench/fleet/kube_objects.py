@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.kubernetes.pods import patroni_pod, running_status
+
 LAYOUTS = ("one-namespace", "100-namespaces", "per-namespace")
 MEMBERS = 3
 #: Members listen on 127.0.0.231-233 (Pod IPs 198.18.0.231-233): no test or benchmark uses them.
 FIRST_HOST = 231
 EVENTLESS = "event-less"
 POD_EVENT = "pod-event"
-POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 ROLE_LABEL = "role"
 #: Patroni's Kubernetes DCS: each member patches its Pod every loop_wait (10 s by default).
 CHURN_PERIOD = 10.0
@@ -73,13 +74,10 @@ def member_pod(
     """Member ``member`` of cluster ``index``: the labels ``primarySelector`` selects and the
     StatefulSet's Pod name label; with ``churn`` Patroni's role label and status annotation.
     No readiness probe: the harness writes each Pod's status itself."""
-    from testbed.metacontroller.kube_rig import patroni_pod
-
     name = cluster_name(index)
     labels = {
         "application": "patroni",
         "cluster-name": name,
-        POD_NAME_LABEL: pod_name(index, member),
     }
     annotations: dict[str, str] = {}
     if churn:
@@ -92,25 +90,8 @@ def member_pod(
         labels,
         annotations=annotations,
         node="pgfh-fleet-node",
-        readiness=False,
+        readiness=None,
     )
-
-
-def pod_status(pod_ip: str, ready: bool) -> dict[str, Any]:
-    """What a kubelet writes for a running member (``ready``: its readiness probe)."""
-    flag = "True" if ready else "False"
-    return {
-        "phase": "Running",
-        "podIP": pod_ip,
-        "podIPs": [{"ip": pod_ip}],
-        "hostIP": "127.0.0.1",
-        "conditions": [
-            {"type": "Initialized", "status": "True"},
-            {"type": "PodScheduled", "status": "True"},
-            {"type": "ContainersReady", "status": flag},
-            {"type": "Ready", "status": flag},
-        ],
-    }
 
 
 def parent(index: int, namespace: str, port: int, poll: float) -> dict[str, Any]:
@@ -213,16 +194,18 @@ class Fleet:
                     time.sleep(0.2)
             rest.strategic_patch(
                 self.pod_path(index, member, "/status"),
-                {"status": pod_status(self.pod_ip(member), True)},
+                {"status": running_status(self.pod_ip(member), ready=True)},
             )
         from testbed.kubernetes.rest import resource_path
 
         rest.create(resource_path(PARENT_API, PARENTS, ns), parent(index, ns, port, poll))
 
     def set_ready(self, index: int, member: int, ready: bool) -> None:
+        # Only ContainersReady and Ready change (the last two of the kubelet's conditions).
+        conditions = running_status(self.pod_ip(member), ready=ready)["conditions"][2:]
         self.rest().strategic_patch(
             self.pod_path(index, member, "/status"),
-            {"status": {"conditions": pod_status(self.pod_ip(member), ready)["conditions"][2:]}},
+            {"status": {"conditions": conditions}},
         )
 
     def set_role(self, index: int, member: int, role: str, beat: int) -> None:
