@@ -89,7 +89,6 @@ from testbed.bench.fleet.kube_objects import (
     LAYOUTS,
     MEMBERS,
     POD_EVENT,
-    POD_NAME_LABEL,
     Churn,
     Fleet,
     cluster_name,
@@ -98,6 +97,7 @@ from testbed.bench.fleet.kube_objects import (
     plan,
     pod_name,
 )
+from testbed.kubernetes.pods import POD_NAME_LABEL
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -66,7 +66,8 @@ class RealHook:
         raise RuntimeError(f"cluster {cluster.index}: the hook's replies did not converge")
 
     async def call(self, cluster: Cluster) -> Reply | None:
-        from testbed.bench.common import POD_NAME_LABEL, SERVICE, encode
+        from testbed.bench.common import SERVICE, encode
+        from testbed.kubernetes.pods import POD_NAME_LABEL
         from testbed.metacontroller.apply import HookError, apply_reply, check_reply
 
         if cluster.body is None:
