@@ -70,13 +70,21 @@ def apply_crds(rest: KubeRest, *files: Path, timeout: float = 30.0) -> None:
 
 
 def install(
-    rest: KubeRest, hook_url: str, token: str | None, spec: Mapping[str, Any] | None = None
+    rest: KubeRest,
+    hook_url: str,
+    token: str | None,
+    spec: Mapping[str, Any] | None = None,
+    *,
+    name: str | None = None,
 ) -> dict[str, Any]:
     """CRDs, the token Secret and the loopback CompositeController; the CompositeController
     as the server stored it. ``spec``: fields of the shipped spec replaced (``None``:
-    removed), e.g. a test's ``resyncPeriodSeconds``."""
+    removed), e.g. a test's ``resyncPeriodSeconds`` or a ``parentResource`` that selects a
+    share of the parents; ``name``: another name than the shipped one (several at once)."""
     apply_crds(rest)
     controller = local_controller(hook_url)
+    if name is not None:
+        controller["metadata"]["name"] = name
     for field, value in (spec or {}).items():
         if value is None:
             controller["spec"].pop(field, None)

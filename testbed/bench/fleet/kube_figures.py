@@ -85,7 +85,9 @@ class Lags:
 
 
 def workqueue_figures(exposition: str, name: str = WORKQUEUE) -> dict[str, float]:
-    """Sums and counts of the controller's ``workqueue_*`` histograms, its depth and adds."""
+    """Sums and counts of the controller's ``workqueue_*`` histograms, its depth and adds;
+    summed over every queue whose name starts with ``name`` (``pg-failover-hook-0``, ``-1``
+    ... when several CompositeControllers share the fleet)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     figures: dict[str, float] = {}
@@ -95,7 +97,8 @@ def workqueue_figures(exposition: str, name: str = WORKQUEUE) -> dict[str, float
                 key = f"api:{sample.labels.get('method', '?')}"
                 figures[key] = figures.get(key, 0.0) + sample.value
                 continue
-            if sample.labels.get("name") != name or sample.name.endswith("_bucket"):
+            queue = sample.labels.get("name") or ""
+            if not queue.startswith(name) or sample.name.endswith("_bucket"):
                 continue
             figures[sample.name] = figures.get(sample.name, 0.0) + sample.value
     return figures

@@ -94,12 +94,20 @@ def member_pod(
     )
 
 
-def parent(index: int, namespace: str, port: int, poll: float) -> dict[str, Any]:
+#: The label that puts a PostgreSQLCluster in a CompositeController's share (deploy/sharding).
+SHARD_LABEL = "pg-failover-hook.adg.io/shard"
+
+
+def parent(
+    index: int, namespace: str, port: int, poll: float, shard: int | None = None
+) -> dict[str, Any]:
+    """Cluster ``index``'s PostgreSQLCluster; with ``shard``, labelled for that share."""
     name = cluster_name(index)
+    labels = {} if shard is None else {SHARD_LABEL: str(shard)}
     return {
         "apiVersion": "adg.io/v1alpha1",
         "kind": "PostgreSQLCluster",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
             "primarySelector": {"application": "patroni", "cluster-name": name},
             "serviceRef": {"name": f"{name}-primary"},
@@ -145,6 +153,8 @@ class Fleet:
     clusters: int
     prefix: str
     churn: bool
+    #: CompositeControllers sharing the fleet by the shard label (1: the shipped one, unlabelled).
+    controllers: int = 1
     leaders: list[int] = field(default_factory=list)
     _local: threading.local = field(default_factory=threading.local)
     _clients: list[Any] = field(default_factory=list)
@@ -198,7 +208,8 @@ class Fleet:
             )
         from testbed.kubernetes.rest import resource_path
 
-        rest.create(resource_path(PARENT_API, PARENTS, ns), parent(index, ns, port, poll))
+        shard = None if self.controllers == 1 else index % self.controllers
+        rest.create(resource_path(PARENT_API, PARENTS, ns), parent(index, ns, port, poll, shard))
 
     def set_ready(self, index: int, member: int, ready: bool) -> None:
         # Only ContainersReady and Ready change (the last two of the kubelet's conditions).

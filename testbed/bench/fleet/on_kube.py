@@ -89,6 +89,7 @@ from testbed.bench.fleet.kube_objects import (
     LAYOUTS,
     MEMBERS,
     POD_EVENT,
+    SHARD_LABEL,
     Churn,
     Fleet,
     cluster_name,
@@ -116,6 +117,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="resyncPeriodSeconds (0: absent; default: as shipped)",
     )
     parser.add_argument("--dcs-churn", action="store_true", help="Kubernetes DCS Pod churn")
+    parser.add_argument(
+        "--controllers",
+        type=int,
+        default=1,
+        help="CompositeControllers in the one install, each a share of the parents by the "
+        "shard label (cluster index mod K), the k-th with the period + k x --period-step",
+    )
+    parser.add_argument("--period-step", type=int, default=1, help="s between the periods")
     parser.add_argument("--pprof", action="store_true", help="profile the binary's window")
     parser.add_argument("--pprof-out", type=Path, help="where to keep the profile")
     parser.add_argument("--settle", type=float, default=None, help="wait for convergence (s)")
@@ -215,6 +224,32 @@ def resync_period(args: argparse.Namespace) -> int | None:
     return int(period) if period is not None else None
 
 
+def install_controllers(
+    admin: Any, hook_url: str, token: str | None, period: int | None, args: argparse.Namespace
+) -> list[int | None]:
+    """The shipped CompositeController, or ``--controllers`` K of them in the one install,
+    the k-th (``pg-failover-hook-k``) selecting the parents labelled shard k, with the period
+    ``period + k x --period-step``: each has its own queue and its own tick, so a tick queues
+    a K-th of the fleet, and the ticks drift apart. The periods, in order."""
+    from testbed.metacontroller.kube_setup import install
+
+    if args.controllers == 1:
+        install(admin, hook_url, token, {"resyncPeriodSeconds": period})
+        return [period]
+    periods = [
+        None if period is None else period + k * args.period_step for k in range(args.controllers)
+    ]
+    for k, own in enumerate(periods):
+        resource = {
+            "apiVersion": "adg.io/v1alpha1",
+            "resource": "postgresqlclusters",
+            "labelSelector": {"matchLabels": {SHARD_LABEL: str(k)}},
+        }
+        spec = {"resyncPeriodSeconds": own, "parentResource": resource}
+        install(admin, hook_url, token, spec, name=f"pg-failover-hook-{k}")
+    return periods
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from testbed.fakes.patroni_fast import fleet_members
     from testbed.kubernetes import start_control_plane
@@ -224,7 +259,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from testbed.kubernetes.rest import KubeApiError, KubeRest
     from testbed.kubernetes.watch import Reflector
     from testbed.metacontroller.gunicorn import gunicorn_hook
-    from testbed.metacontroller.kube_setup import install
 
     period = resync_period(args)
     clusters: int = args.clusters
@@ -259,7 +293,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         hook_dir = work_dir / "hook"
         hook_dir.mkdir()
         hook = stack.enter_context(gunicorn_hook(hook_dir, env=hook_env, workers=2, threads=16))
-        install(admin, hook.url, hook.token, {"resyncPeriodSeconds": period})
+        install_controllers(admin, hook.url, hook.token, period, args)
         KubeletStandIn(admin, "pgfh-fleet-node").register_node()  # podgc keeps bound Pods
         for ns in [system_ns, *namespaces(clusters, args.layout, prefix)]:
             admin.create("/api/v1/namespaces", {"metadata": {"name": ns}})
@@ -270,7 +304,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     admin.delete(f"/api/v1/namespaces/{ns}")
 
         stack.callback(delete_namespaces)
-        fleet = Fleet(plane.admin_kubeconfig, args.layout, clusters, prefix, args.dcs_churn)
+        fleet = Fleet(
+            plane.admin_kubeconfig, args.layout, clusters, prefix, args.dcs_churn, args.controllers
+        )
         fleet.leaders = [0] * clusters
         stack.callback(fleet.close)
 
@@ -374,6 +410,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             {
                 "metacontroller": "binary" if controller.binary else "stand-in",
                 "resync_period": period,
+                "controllers": args.controllers,
                 "dcs_churn": args.dcs_churn,
                 "window_s": round(elapsed, 1),
                 "syncs_asked_per_s": round(
