@@ -15,7 +15,6 @@ import pytest
 
 from hooks.domain.model import LAST_APPLIED_ANNOTATION
 from hooks.domain.observed import CronJobChild, PreviousMember, ServiceChild, SliceChild
-from hooks.loaders.jsonbody import json_integer
 from hooks.loaders.observed import load_child, load_jobs, load_pod
 from hooks.loaders.previous_status import load_previous_status
 
@@ -59,6 +58,19 @@ def test_a_pod_is_named_by_its_key_and_keeps_only_a_text_uid() -> None:
     pod = load_pod("Pod.v1", "p", {"metadata": {"name": "p", "uid": "u-1"}})
     assert (pod.name, pod.uid) == ("p", "u-1")
     assert load_pod("Pod.v1", "p", {"metadata": {"name": "p", "uid": 7}}).uid is None
+
+
+def test_a_container_port_is_an_integer_never_a_boolean_or_a_float_and_the_first_wins() -> None:
+    """JSON's ``true`` is an ``int`` to Python: it must not become port 1."""
+    ports = [
+        {"name": "patroni", "containerPort": True},
+        {"name": "postgresql", "containerPort": 5432.0},
+        {"name": "api", "containerPort": 8008},
+        {"name": "api", "containerPort": 9008},
+        {"name": 7, "containerPort": 7},
+    ]
+    obj = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "ports": ports}]}}
+    assert dict(load_pod("Pod.v1", "p", obj).container_ports) == {"api": 8008}
 
 
 def test_a_selector_that_is_not_an_object_is_none() -> None:
@@ -208,24 +220,3 @@ def test_bounded_loads_turns_the_parsers_own_recursion_limit_into_a_refusal() ->
     with pytest.raises(JsonRefused) as refused:
         bounded_loads(deep, max_bytes=1_000_000, max_depth=1_000_000)
     assert str(refused.value) == "nests too deeply"
-
-
-@pytest.mark.parametrize(
-    ("decoded", "expected"),
-    [
-        (0, 0),
-        (5432, 5432),
-        (-1, -1),
-        (True, None),
-        (False, None),
-        (5432.0, None),
-        ("5432", None),
-        (None, None),
-    ],
-)
-def test_json_integer_reads_integers_only_never_a_boolean_or_a_float(
-    decoded: object, expected: int | None
-) -> None:
-    """A port or a timeline: JSON's ``true`` is an ``int`` to Python but no number here."""
-    assert json_integer(decoded) == expected
-    assert type(json_integer(decoded)) is type(expected)

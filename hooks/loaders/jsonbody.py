@@ -9,8 +9,6 @@ the request, which the body's own depth check cannot see), and a member's Patron
 (:mod:`hooks.probe.answer`). Without the limit, 5,000 nested brackets in an
 annotation raised ``RecursionError`` and every sync of that cluster answered 500.
 
-:func:`json_integer` reads a number out of what it returned, the one way every loader does.
-
 Pure: text in, a value or a message out.
 """
 
@@ -101,10 +99,3 @@ def bracket_skeleton(raw: bytes) -> bytes:
     if b'"' in skeleton:
         skeleton = b"".join(skeleton.split(b'"')[::2])
     return skeleton
-
-
-def json_integer(value: object) -> int | None:
-    """``value`` if decoded JSON holds an integer there, else ``None``: never a boolean
-    (Python's ``True`` is an ``int``, but JSON's ``true`` is not a port or a timeline)
-    and never a float."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -46,7 +46,7 @@ from hooks.domain.observed import (
     SliceChild,
     is_time,
 )
-from hooks.loaders.jsonbody import JsonRefused, bounded_loads, json_integer
+from hooks.loaders.jsonbody import JsonRefused, bounded_loads
 from hooks.loaders.previous_status import load_previous_status
 
 T = TypeVar("T", bound=Child)
@@ -209,8 +209,9 @@ def _container_ports(spec: Mapping[str, Any]) -> dict[str, int]:
         container_ports = container.get("ports") if isinstance(container, Mapping) else None
         for port in container_ports if isinstance(container_ports, list) else []:
             if isinstance(port, Mapping) and isinstance(port.get("name"), str):
-                number = json_integer(port.get("containerPort"))
-                if number is not None:
+                number = port.get("containerPort")
+                # JSON's ``true`` is an ``int`` to Python, and no port.
+                if isinstance(number, int) and not isinstance(number, bool):
                     declared.setdefault(port["name"], number)
     return declared
 

@@ -23,7 +23,6 @@ from hooks.domain.observed import (
     PreviousStatus,
     is_time,
 )
-from hooks.loaders.jsonbody import json_integer
 
 
 def load_previous_status(status: object) -> PreviousStatus:
@@ -47,7 +46,7 @@ def load_previous_status(status: object) -> PreviousStatus:
         ),
         by_type=MappingProxyType({c.type: c for c in conditions}),
         ready=next((c for c in conditions if c.type == "Ready"), None),
-        timeline=json_integer(timeline),
+        timeline=_integer(timeline),
         backup=_previous_backup(status.get("backup")),
         raw=MappingProxyType(status),
     )
@@ -79,7 +78,7 @@ def _previous_member(entry: Mapping[str, Any]) -> PreviousMember:
         reachable=reachable if isinstance(reachable, bool) else None,
         role=_text(entry.get("role")),
         state=_text(entry.get("state")),
-        timeline=json_integer(entry.get("timeline")),
+        timeline=_integer(entry.get("timeline")),
         reason=_text(entry.get("reason")),
     )
 
@@ -104,3 +103,8 @@ def _record(value: object, time_key: str) -> BackupRecord | None:
     if not isinstance(value.get("job"), str) or not is_time(value.get(time_key)):
         return None
     return BackupRecord(MappingProxyType({k: v for k, v in value.items() if isinstance(v, str)}))
+
+
+def _integer(value: object) -> int | None:
+    """An integer, never a boolean (JSON's ``true`` is not a timeline)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
