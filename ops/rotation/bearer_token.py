@@ -107,15 +107,9 @@ def rotate_token(
             patch.append({"op": "replace", "path": path_, "value": new_key})
         patches[name] = patch
     count = sum(len(refs) for _, refs in controllers.values())
-    report.say(
-        f"pointing {count} authorization.secretRef(s) at key {new_key} in "
-        f"CompositeController(s) {', '.join(patches)}"
-    )
-    repoint(cluster, timing, patches)
-    report.changed = True
-
+    what = f"{count} authorization.secretRef(s) at key {new_key}"
+    repoint(cluster, timing, patches, report, what)
     # 4. Metacontroller rebuilt every controller: each sends the new token now.
-    report.say(f"Metacontroller rebuilt {len(patches)} controller(s) (Event Started on each)")
 
     # A CompositeController applied meanwhile (a new shard, deploy/ re-applied) may still
     # send an old key: removing it, or rewriting "token", would lock it out.

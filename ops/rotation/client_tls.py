@@ -114,13 +114,8 @@ def rotate_tls(
             )
         ]
     count = sum(len(locations) for _, locations in controllers.values())
-    report.say(
-        f"pointing clientTLS and caBundle of {count} entry(ies) in CompositeController(s) "
-        f"{', '.join(patches)} at the copies"
-    )
-    repoint(cluster, timing, patches)
-    report.changed = True
-    report.say(f"Metacontroller rebuilt {len(patches)} controller(s) (Event Started on each)")
+    what = f"clientTLS and caBundle of {count} entry(ies) at the copies"
+    repoint(cluster, timing, patches, report, what)
 
     for ns, name, keep in (
         (names.client_namespace, names.client_pinned_secret, {crt_key, key_key}),

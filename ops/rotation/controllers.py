@@ -11,6 +11,7 @@ from ops.rotation.cluster import (
     EVENT_CREATE_ERROR,
     EVENT_STARTED,
     Cluster,
+    Report,
     RotationError,
     Timing,
     wait_until,
@@ -58,13 +59,21 @@ def controller_spec(cc: Mapping[str, Any]) -> Mapping[str, Any]:
     return spec if isinstance(spec, Mapping) else {}
 
 
-def repoint(cluster: Cluster, timing: Timing, patches: Mapping[str, list[dict[str, Any]]]) -> None:
-    """Patch each CompositeController, then wait until Metacontroller rebuilt every one.
+def repoint(
+    cluster: Cluster,
+    timing: Timing,
+    patches: Mapping[str, list[dict[str, Any]]],
+    report: Report,
+    what: str,
+) -> None:
+    """Patch each CompositeController, then wait until Metacontroller rebuilt every one;
+    ``report`` says so, naming ``what`` is re-pointed (the same words for both rotations).
 
     All are patched before any wait: each runs in its own Metacontroller install (sharded),
     so they rebuild side by side. A failed patch or rebuild stops here, before anything old
     is removed; the message says which controllers already use the new credential.
     """
+    report.say(f"pointing {what} in CompositeController(s) {', '.join(patches)}")
     markers = {
         name: (
             _events_count(cluster, name, EVENT_STARTED),
@@ -85,6 +94,8 @@ def repoint(cluster: Cluster, timing: Timing, patches: Mapping[str, list[dict[st
         done.append(name)
     for name in patches:
         _wait_rebuilt(cluster, name, timing, *markers[name])
+    report.changed = True
+    report.say(f"Metacontroller rebuilt {len(patches)} controller(s) (Event Started on each)")
 
 
 def _events_count(cluster: Cluster, name: str, reason: str) -> int:
