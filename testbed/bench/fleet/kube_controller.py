@@ -48,13 +48,18 @@ class Controller:
 
 @contextlib.contextmanager
 def metacontroller(
-    kubeconfig: Path, work_dir: Path, system_ns: str, pprof: bool
+    kubeconfig: Path, work_dir: Path, system_ns: str, pprof: bool, workers: int | None = None
 ) -> Iterator[Controller]:
+    """Metacontroller for the run; ``workers``: the binary's ``--workers`` instead of the
+    shipped values' (per CompositeController: K controllers run K times as many)."""
     from testbed.metacontroller.gunicorn import free_port
     from testbed.metacontroller.metacontroller_binary import binary_from_env
 
     binary = binary_from_env(kubeconfig, work_dir, system_ns)
     if binary is not None:
+        if workers is not None:
+            binary.args = [a for a in binary.args if not a.startswith("--workers=")]
+            binary.args.append(f"--workers={workers}")
         pprof_url = None
         if pprof:
             address = f"127.0.0.1:{free_port()}"

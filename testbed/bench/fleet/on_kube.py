@@ -125,6 +125,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "shard label (cluster index mod K), the k-th with the period + k x --period-step",
     )
     parser.add_argument("--period-step", type=int, default=1, help="s between the periods")
+    parser.add_argument(
+        "--workers", type=int, help="the binary's --workers (per controller; default: shipped)"
+    )
     parser.add_argument("--pprof", action="store_true", help="profile the binary's window")
     parser.add_argument("--pprof-out", type=Path, help="where to keep the profile")
     parser.add_argument("--settle", type=float, default=None, help="wait for convergence (s)")
@@ -334,7 +337,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         figures["create_s"] = round(time.monotonic() - created, 1)
         print(f"  {clusters} clusters created in {figures['create_s']} s", flush=True)
         controller = stack.enter_context(
-            metacontroller(metacontroller_kubeconfig(plane), work_dir, system_ns, args.pprof)
+            metacontroller(
+                metacontroller_kubeconfig(plane), work_dir, system_ns, args.pprof, args.workers
+            )
         )
         started = time.monotonic()
         wanted = {
