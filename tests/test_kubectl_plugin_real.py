@@ -198,8 +198,11 @@ def member_pod(member: Member) -> dict[str, Any]:
         NS,
         {**LABELS, "apps.kubernetes.io/pod-index": index},
         annotations={POD_IP_ANNOTATION: IPS[member.name]},
-        readiness={**READINESS_PROBE, "httpGet": {"path": "/readiness", "port": member.port}}
-        | {"failureThreshold": 1},
+        readiness={
+            **READINESS_PROBE,
+            "httpGet": {"path": "/readiness", "port": member.port},
+            "failureThreshold": 1,
+        },
         image="ghcr.io/zalando/spilo-17:4.0-p3",
     )
     pod["spec"] |= {"hostname": member.name, "subdomain": CLUSTER}

@@ -87,6 +87,11 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _integer(value: object) -> int | None:
+    """An integer, never a boolean (JSON's ``true`` is not a timeline)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _previous_backup(value: object) -> PreviousBackup:
     old: Mapping[str, Any] = value if isinstance(value, Mapping) else {}
     cron_job = old.get("cronJob")
@@ -103,8 +108,3 @@ def _record(value: object, time_key: str) -> BackupRecord | None:
     if not isinstance(value.get("job"), str) or not is_time(value.get(time_key)):
         return None
     return BackupRecord(MappingProxyType({k: v for k, v in value.items() if isinstance(v, str)}))
-
-
-def _integer(value: object) -> int | None:
-    """An integer, never a boolean (JSON's ``true`` is not a timeline)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None

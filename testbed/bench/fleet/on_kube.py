@@ -234,20 +234,19 @@ def install_controllers(
     the k-th (``pg-failover-hook-k``) selecting the parents labelled shard k, with the period
     ``period + k x --period-step``: each has its own queue and its own tick, so a tick queues
     a K-th of the fleet, and the ticks drift apart. The periods, in order."""
-    from testbed.metacontroller.kube_setup import install
+    import yaml
+
+    from testbed.metacontroller.kube_setup import COMPOSITE_CONTROLLER, install
 
     if args.controllers == 1:
         install(admin, hook_url, token, {"resyncPeriodSeconds": period})
         return [period]
+    shipped = yaml.safe_load(COMPOSITE_CONTROLLER.read_text())["spec"]["parentResource"]
     periods = [
         None if period is None else period + k * args.period_step for k in range(args.controllers)
     ]
     for k, own in enumerate(periods):
-        resource = {
-            "apiVersion": "adg.io/v1alpha1",
-            "resource": "postgresqlclusters",
-            "labelSelector": {"matchLabels": {SHARD_LABEL: str(k)}},
-        }
+        resource = {**shipped, "labelSelector": {"matchLabels": {SHARD_LABEL: str(k)}}}
         spec = {"resyncPeriodSeconds": own, "parentResource": resource}
         install(admin, hook_url, token, spec, name=f"pg-failover-hook-{k}")
     return periods
