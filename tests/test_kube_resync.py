@@ -16,6 +16,11 @@ v0.36.3 (``util/workqueue/default_rate_limiters.go``):
 * once the hook answers 200, the next call is at most a period away, and then calls come
   every period (the hook asks for no ``resyncAfterSeconds``);
 * a success ``Forget``s the count: failures after it start at 5 ms again.
+
+And without a period (``deploy/large-install/``, docs/scale.md): a parent whose backoff has
+grown is brought back at once by a change of its own metadata, the runbook's
+``kubectl annotate pgc --all -A pg-failover-hook.adg.io/resync=...``: the update event
+``Add``s it past the rate limiter, and the success ``Forget``s its count.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import pytest
 
 from testbed.kubernetes import ControlPlane
 from testbed.kubernetes.rest import KubeRest, resource_path
+from testbed.metacontroller.harness import CLUSTER
 from testbed.metacontroller.kube import CC_PATH, KubeMetacontroller
 from testbed.metacontroller.kube_rig import PARENT_API, PARENTS, cluster_resource
 from testbed.metacontroller.kube_setup import apply_crds
@@ -124,34 +130,53 @@ def _max_gap(times: list[float], start: float, end: float) -> float:
     return max(b - a for a, b in itertools.pairwise(points))
 
 
+@contextlib.contextmanager
+def probe_controller(rest: KubeRest, hook: RecordingHook, period: int | None) -> Iterator[str]:
+    """A CompositeController ``NAME`` calling ``hook`` (no children; ``period`` its
+    ``resyncPeriodSeconds``, None: absent) and one parent in a new namespace, which it yields;
+    both are deleted afterwards, so the module's next test has a controller and a parent of
+    its own."""
+    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    apply_crds(rest)
+    rest.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+    spec: dict[str, object] = {
+        "parentResource": {"apiVersion": PARENT_API, "resource": PARENTS},
+        "generateSelector": True,  # else claimChildren wants a spec.selector
+        "hooks": {"sync": {"webhook": {"url": hook.url, "timeout": "2s"}}},
+    }
+    if period is not None:
+        spec["resyncPeriodSeconds"] = period
+    controller = {
+        "apiVersion": "metacontroller.k8s.io/v1alpha1",
+        "kind": "CompositeController",
+        "metadata": {"name": NAME},
+        "spec": spec,
+    }
+    rest.create(CC_PATH, controller)
+    rest.create(resource_path(PARENT_API, PARENTS, namespace), cluster_resource(namespace))
+    try:
+        yield namespace
+    finally:
+        rest.delete(f"{CC_PATH}/{NAME}")
+        rest.delete(resource_path(PARENT_API, PARENTS, namespace, CLUSTER))
+
+
+def _first_call(hook: RecordingHook, log: str) -> float:
+    deadline = time.monotonic() + 60
+    while not hook.times(0.0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    calls = hook.times(0.0)
+    assert calls, f"no sync call within 60 s ({log})"
+    return calls[0]
+
+
 def test_resync_period_brings_a_backed_off_parent_back_and_success_forgets(
     plane: ControlPlane, tmp_path: Path
 ) -> None:
     rest = KubeRest.from_kubeconfig(plane.admin_kubeconfig)
-    namespace = f"t-{uuid.uuid4().hex[:10]}"
-    apply_crds(rest)
-    rest.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
-    with RecordingHook() as hook:
-        controller = {
-            "apiVersion": "metacontroller.k8s.io/v1alpha1",
-            "kind": "CompositeController",
-            "metadata": {"name": NAME},
-            "spec": {
-                "parentResource": {"apiVersion": PARENT_API, "resource": PARENTS},
-                "generateSelector": True,  # else claimChildren wants a spec.selector
-                "resyncPeriodSeconds": PERIOD,
-                "hooks": {"sync": {"webhook": {"url": hook.url, "timeout": "2s"}}},
-            },
-        }
-        rest.create(CC_PATH, controller)
-        rest.create(resource_path(PARENT_API, PARENTS, namespace), cluster_resource(namespace))
+    with RecordingHook() as hook, probe_controller(rest, hook, PERIOD) as namespace:
         with metacontroller(plane, namespace, tmp_path) as log:
-            deadline = time.monotonic() + 60
-            while not hook.times(0.0) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            calls = hook.times(0.0)
-            assert calls, f"no sync call within 60 s ({log})"
-            first = calls[0]
+            first = _first_call(hook, log)
             # Phase A: failing for 4 periods.
             time.sleep(max(0.0, first + 4 * PERIOD - time.monotonic()))
             failing = hook.times(first)
@@ -199,4 +224,72 @@ def test_resync_period_brings_a_backed_off_parent_back_and_success_forgets(
         calls_seen = [(round(at - first, 3), status) for at, status in hook.calls]
         figures = {"period_s": PERIOD, "metacontroller": log, "calls": calls_seen}
         print(f"\nRESYNC {json.dumps(figures)}", flush=True)
+    rest.close()
+
+
+#: The runbook's annotation (docs/runbook.md, "Every hook pod was down"): any change of a
+#: parent's metadata does; the hook reads none of it.
+RESYNC_ANNOTATION = "pg-failover-hook.adg.io/resync"
+#: The backoff the parent must have reached before the annotation: its next retry is then
+#: at least twice this away, well past the annotation's call.
+GROWN_BACKOFF = 2.0
+
+
+def _annotate(rest: KubeRest, namespace: str) -> float:
+    """What ``kubectl annotate ... --overwrite`` sends: a merge patch of one annotation."""
+    started = time.monotonic()
+    path = resource_path(PARENT_API, PARENTS, namespace, CLUSTER)
+    rest.merge_patch(path, {"metadata": {"annotations": {RESYNC_ANNOTATION: str(started)}}})
+    return started
+
+
+def test_without_a_period_an_annotation_brings_a_backed_off_parent_back_at_once(
+    plane: ControlPlane, tmp_path: Path
+) -> None:
+    rest = KubeRest.from_kubeconfig(plane.admin_kubeconfig)
+    with RecordingHook() as hook, probe_controller(rest, hook, None) as namespace:
+        with metacontroller(plane, namespace, tmp_path) as log:
+            first = _first_call(hook, log)
+            # The hook is down until the backoff has grown past GROWN_BACKOFF (5 ms doubling:
+            # about 5 s of failures).
+            deadline = first + 30
+            gaps: list[float] = []
+            while time.monotonic() < deadline:
+                failing = hook.times(first)
+                gaps = [b - a for a, b in itertools.pairwise(failing)]
+                if gaps and gaps[-1] >= GROWN_BACKOFF:
+                    break
+                time.sleep(0.05)
+            assert gaps and gaps[-1] >= GROWN_BACKOFF, (
+                f"the backoff never grew past {GROWN_BACKOFF} s: calls "
+                f"{[round(t - first, 3) for t in hook.times(first)]} ({log})"
+            )
+            last_failure = hook.times(first)[-1]
+            next_retry = last_failure + 2 * gaps[-1]  # the backoff's own next call
+            hook.answer(200)
+            annotated = _annotate(rest, namespace)
+            time.sleep(max(0.0, next_retry - 0.2 - time.monotonic()))
+            ok = [at for at, status in hook.calls if status == 200]
+            assert ok and ok[0] - annotated <= 1.0 and ok[0] < next_retry - 0.2, (
+                f"200s {[round(t - annotated, 2) for t in ok]} s after the annotation; the "
+                f"backoff's next call was due {next_retry - annotated:.2f} s after it ({log})"
+            )
+            # The success forgot the count: failing again (brought by the next annotation),
+            # the retries start over at 5 ms.
+            hook.answer(500)
+            again_from = _annotate(rest, namespace)
+            time.sleep(1.5)
+            again = [at for at, status in hook.calls if status == 500 and at > again_from]
+            burst = [t for t in again if again and t < again[0] + 1.0]
+            assert len(burst) >= 6, (
+                f"after a success the backoff did not restart at 5 ms (Forget): "
+                f"{[round(t - again_from, 3) for t in again]} ({log})"
+            )
+        figures = {
+            "metacontroller": log,
+            "grown_backoff_s": round(gaps[-1], 3),
+            "first_200_after_annotation_s": round(ok[0] - annotated, 3),
+            "backoff_next_call_after_annotation_s": round(next_retry - annotated, 3),
+        }
+        print(f"\nRESYNC-ANNOTATION {json.dumps(figures)}", flush=True)
     rest.close()

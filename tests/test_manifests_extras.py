@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import subprocess
 from collections.abc import Mapping
@@ -273,6 +274,24 @@ def test_events_overlay() -> None:
 
 
 # ------------------------------------------------------------------------- monitoring
+
+
+@pytest.mark.parametrize("resource", ["deploy", "deploy/events", "deploy/mtls"])
+def test_large_install_component_drops_only_the_resync_period(
+    resource: str, tmp_path: Path
+) -> None:
+    """deploy/large-install/ on the base or an overlay: the same objects, the
+    CompositeController without resyncPeriodSeconds (docs/scale.md, "What to set")."""
+    overlay = {
+        "resources": [os.path.relpath(REPO / resource, tmp_path)],
+        "components": [os.path.relpath(REPO / "deploy/large-install", tmp_path)],
+    }
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay), encoding="utf-8")
+    large = rendered(str(tmp_path))
+    plain = rendered(resource)
+    controller = find(plain, "CompositeController", HOOK_NAME)
+    assert controller["spec"].pop("resyncPeriodSeconds") == 60
+    assert large == plain
 
 
 def test_servicemonitor_scrapes_the_hook_service() -> None:

@@ -36,7 +36,8 @@ def shard_of(namespace: str, name: str, shards: int) -> int:
 
 def shard_kustomization(k: int, shards: int) -> str:
     """The CompositeController of shard ``k``: the shipped one, renamed, selecting its
-    parents by the shard label and labelled for its own Metacontroller install."""
+    parents by the shard label, labelled for its own Metacontroller install, and without
+    ``resyncPeriodSeconds`` (deploy/large-install/: a shard is a large install)."""
     return GENERATED.format(k=shards) + (
         f"# Shard {k} of {shards}: CompositeController {NAME}-{k}, run by the Metacontroller\n"
         f"# install started with --target-label-selector={LABEL}={k}.\n"
@@ -44,6 +45,10 @@ def shard_kustomization(k: int, shards: int) -> str:
         "kind: Kustomization\n"
         "resources:\n"
         "  - ../../../metacontroller      # crd.yaml (dropped below) + compositecontroller.yaml\n"
+        "# A shard serves about 1,000 clusters: no resyncPeriodSeconds, whose tick would queue\n"
+        "# all of them at once ahead of every Pod event (deploy/large-install/, docs/scale.md).\n"
+        "components:\n"
+        "  - ../../large-install\n"
         f'nameSuffix: "-{k}"\n'
         "patches:\n"
         "  - patch: |-\n"
@@ -121,7 +126,7 @@ def resources(shards: int) -> str:
         "# \"Metacontroller's CPU and memory\"): each install caches all of them, so memory\n"
         "# grows with the cluster, not the shard: 51 MiB + 0.30 MiB a cluster, rounded up;\n"
         "# limit twice that (an extrapolation past the 1,000 measured). CPU: the ~117 syncs/s of\n"
-        "# 1,000 clusters polled every 10 s with the 60 s period, 2.5 ms each (0.29 core), plus\n"
+        "# 1,000 clusters polled every 10 s, 2.5 ms each (0.25 core), plus\n"
         "# every Pod event's walk of every cluster's parent; no CPU limit (a throttled\n"
         "# handler goroutine delays every Pod event).\n"
         "resources:\n"
