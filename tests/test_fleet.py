@@ -19,6 +19,7 @@ import pytest
 from testbed.bench.fleet.model import EVENTLESS, POD_CHANGING, Result, run_modelled
 from testbed.bench.fleet.real_hook import run_real
 from testbed.bench.fleet.settings import (
+    LARGE_INSTALL,
     SHIPPED,
     SHIPPED_POLICY,
     TODAY,
@@ -223,8 +224,7 @@ def test_recommended_5000_meets_the_api_targets_and_the_lag_targets_with_phase_s
     without the recommended ``resyncPeriodSeconds``, whose bursts cost this p99 on their
     own (the next test)."""
     mc, policy, pods, threads = recommended(5000)
-    assert mc.resync_period == 60.0, "the safety net is recommended at every size"
-    mc = replace(mc, resync_period=None)
+    assert mc.resync_period is None, "every shard is a large install (deploy/sharding/)"
     assert policy.spread, "the hook always spreads its healthy resyncs"
     row = Row(
         "rec", 5000, mc, policy, hook_pods=pods, hook_threads=threads, duration=90, switchovers=200
@@ -241,22 +241,59 @@ def test_recommended_5000_meets_the_api_targets_and_the_lag_targets_with_phase_s
     assert spread.api_peak < plain.api_peak
 
 
-def test_the_recommended_resync_period_costs_5000_clusters_a_burst_per_period() -> None:
-    """The safety net's price at 5,000 clusters (docs/scale.md): each tick queues every
-    parent of a shard at once, so a Pod event that lands in the burst waits for it to
-    drain: about N_shard / (qps - steady rate) s; the steady API rate grows by N / period."""
+def test_a_60_s_period_would_cost_5000_clusters_a_burst_per_period() -> None:
+    """Why the shards drop the period (docs/scale.md): each tick would queue every parent of
+    a shard at once, so a Pod event that lands in the burst waits for it to drain: about
+    N_shard / (qps - steady rate) s; the steady API rate grows by N / period."""
     mc, policy, pods, threads = recommended(5000)
     row = Row(
         "rec", 5000, mc, policy, hook_pods=pods, hook_threads=threads, duration=150, switchovers=200
     )
-    with_net = _run(row)
-    without = _run(replace(row, mc=replace(mc, resync_period=None)))
+    without = _run(row)
+    with_net = _run(replace(row, mc=replace(mc, resync_period=60.0)))
     drain = 1000 / (mc.qps - steady_rate(1000, Mix(), policy.poll))
     assert without.lag(POD_CHANGING, 0.99) < with_net.lag(POD_CHANGING, 0.99)
     assert with_net.lag(POD_CHANGING, 1.0) <= drain + 2.0
     extra = with_net.api_per_second - without.api_per_second
     assert 0 < extra <= 1.5 * 5000 / 60.0
     assert not any(with_net.unfinished.values())
+
+
+def test_the_period_is_recommended_up_to_a_large_install() -> None:
+    """60 s (the shipped CompositeController) up to LARGE_INSTALL clusters an install; none
+    above, as deploy/large-install/ and every shard of deploy/sharding/ ship it."""
+    assert LARGE_INSTALL == 200
+    assert recommended(1)[0].resync_period == 60.0 == SHIPPED.resync_period
+    assert recommended(LARGE_INSTALL)[0].resync_period == 60.0
+    assert recommended(LARGE_INSTALL + 1)[0].resync_period is None
+    assert recommended(1000)[0].resync_period is None
+    assert recommended(5000)[0].resync_period is None
+    assert recommended(1000)[0] == replace(SHIPPED, resync_period=None)
+
+
+def test_a_large_install_comes_back_at_the_queues_pace_without_the_period() -> None:
+    """What the period would buy a large install (docs/scale.md, "After every hook pod was
+    down"): after 120 s of every hook pod down, 1,000 polled clusters without it are routed
+    again within about N / 10 s (the queue's retry pace: each parent failed only a few
+    times, so its own backoff stayed short), not the outage's length as a small fleet."""
+    mix = Mix(polled=1.0)
+    mc, policy, pods, threads = recommended(1000, mix)
+    row = Row(
+        "down",
+        1000,
+        mc,
+        policy,
+        mix,
+        hook_pods=pods,
+        hook_threads=threads,
+        duration=30 + 120 + 200,
+        switchovers=50,
+        hooks_down_at=30.0,
+        hooks_down_for=120.0,
+    )
+    result = _run(row)
+    assert result.hook_errors > 0 and result.unrecovered == 0 and len(result.recovery) >= 40
+    assert max(result.recovery) <= 1000 / 10 + 10.0
 
 
 def test_recommended_poll_fits_the_budget() -> None:

@@ -168,6 +168,10 @@ SHIPPED = Metacontroller(workers=64, qps=300, burst=100, resync_period=60.0)
 SHIPPED_POLICY = Policy(poll=1.0, event_resync=30.0, from_reply=False, spread=True)
 TODAY_POLICY = Policy(poll=1.0, event_resync=None)
 TODAY_MODEL_POLICY = Policy(poll=1.0, event_resync=None, from_reply=False)
+#: The most clusters one install serves with the shipped ``resyncPeriodSeconds``: at 200 the
+#: tick's burst (200 syncs) held the Pod-event p99 at 0.16 s on the real binary, at 1,000 it
+#: took it to 4.1 s (docs/scale.md, "What to set").
+LARGE_INSTALL = 200
 #: Poll settings tried, shortest first, by ``recommended``.
 POLLS = (1.0, 2.0, 5.0, 10.0, 30.0)
 
@@ -187,9 +191,12 @@ def recommended(n: int, mix: Mix = Mix()) -> tuple[Metacontroller, Policy, int, 
     poll policy, hook pods and GUNICORN_THREADS.
 
     Up to 1,000 clusters: one install with the shipped flags (64 workers, rate limit
-    300/s, burst 100) and the shipped 3 hook pods. At every size the shipped
-    ``resyncPeriodSeconds`` (60 s), the bound on recovery after every hook pod was down.
-    Above: ceil(n / 1000) shards whose limits add up to 0.2 requests/s per cluster
+    300/s, burst 100) and the shipped 3 hook pods. The shipped ``resyncPeriodSeconds``
+    (60 s, the bound on recovery after every hook pod was down) up to
+    :data:`LARGE_INSTALL` clusters an install; above, none (deploy/large-install/, and every
+    shard of deploy/sharding/): its tick would queue them all ahead of every Pod event, and
+    the queue's 10/s retries bring such a fleet back in about N / 10 s anyway. Above 1,000:
+    ceil(n / 1000) shards whose limits add up to 0.2 requests/s per cluster
     (95 % as rate, 5 % as burst, so no second exceeds it), each with 64 workers. The poll
     of the polled clusters: the shortest of ``POLLS`` that keeps the steady rate at or
     below 60 % of the rate limit, the rest being headroom for events, failovers and
@@ -201,6 +208,8 @@ def recommended(n: int, mix: Mix = Mix()) -> tuple[Metacontroller, Policy, int, 
     """
     if n <= 1000:
         mc, pods, threads = SHIPPED, 3, 16
+        if n > LARGE_INSTALL:
+            mc = replace(mc, resync_period=None)
     else:
         shards = math.ceil(n / 1000)
         budget = 0.2 * n
@@ -208,7 +217,7 @@ def recommended(n: int, mix: Mix = Mix()) -> tuple[Metacontroller, Policy, int, 
             workers=64,
             qps=round(0.95 * budget / shards),
             burst=round(0.05 * budget / shards),
-            resync_period=SHIPPED.resync_period,
+            resync_period=None,
             shards=shards,
         )
         threads = 32
