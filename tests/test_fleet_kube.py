@@ -21,6 +21,7 @@ from testbed.bench.fleet.kube_figures import (
     workqueue_figures,
 )
 from testbed.bench.fleet.kube_objects import EVENTLESS, POD_EVENT, namespace_of, namespaces, plan
+from testbed.bench.fleet.kube_outage import recovery_summary
 from testbed.bench.fleet.on_kube import parse_args
 from testbed.bench.fleet.settings import (
     SHIPPED,
@@ -124,6 +125,16 @@ def test_a_switchover_ends_when_the_selector_first_names_the_new_leader() -> Non
     assert lags.done[POD_EVENT] == [pytest.approx(1.25)]
     assert lags.missed(POD_EVENT) == 0 and lags.done[EVENTLESS] == []
     assert lags.count_selecting({"ns/pg-1-primary": "pg-1-1", "ns/pg-2-primary": "x"}) == 1
+    assert lags.finished == [101.25]
+
+
+def test_recovery_is_counted_from_the_hooks_return() -> None:
+    """A switchover made while every hook pod was down is routed some time after the hooks'
+    return; one routed before it (a sync in flight) counts as 0."""
+    finished = [99.0, 101.0, 102.0, 104.0, 110.0]
+    assert recovery_summary(finished, 100.0, 0) == ("p50 2.00 / p90 10.00 / max 10.00 s [5]")
+    assert recovery_summary(finished, 100.0, 2).endswith(", 2 not routed")
+    assert recovery_summary([], 100.0, 3) == "none routed (3 not routed)"
 
 
 # ------------------------------------------------------------------ arguments and figures
@@ -153,6 +164,23 @@ def test_bad_arguments_are_refused(argv: list[str], monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv("PGFH_METACONTROLLER_BINARY", raising=False)
     with pytest.raises(SystemExit):
         parse_args(argv)
+
+
+def test_an_outage_run_takes_its_length_and_the_runbooks_annotation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PGFH_METACONTROLLER_BINARY", raising=False)
+    args = parse_args(["--hooks-down", "300", "--resync-annotate"])
+    assert (args.hooks_down, args.resync_annotate) == (300.0, True)
+    assert parse_args([]).hooks_down == 0.0
+    for argv in (
+        ["--resync-annotate"],  # nothing to recover from
+        ["--hooks-down", "-1"],
+        ["--hooks-down", "60", "--dcs-churn"],
+        ["--hooks-down", "60", "--model"],
+    ):
+        with pytest.raises(SystemExit):
+            parse_args(argv)
 
 
 def test_pprof_needs_a_real_binary(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -59,6 +59,8 @@ class Lags:
         self._lock = threading.Lock()
         self.pending: dict[str, tuple[float, str, str]] = {}
         self.done: dict[str, list[float]] = {EVENTLESS: [], POD_EVENT: []}
+        #: When each done switchover was seen routed (monotonic), both kinds.
+        self.finished: list[float] = []
         self.selected: dict[str, str] = {}
 
     def expect(self, service: str, pod: str, kind: str, at: float) -> None:
@@ -74,6 +76,7 @@ class Lags:
             if pending is not None and pending[1] == selected:
                 del self.pending[service]
                 self.done[pending[2]].append(now - pending[0])
+                self.finished.append(now)
 
     def missed(self, kind: str) -> int:
         with self._lock:
@@ -176,6 +179,13 @@ def report(figures: dict[str, Any]) -> list[str]:
     if "pprof_ms_per_sync" in figures:
         costs = ", ".join(f"{k} {v} ms" for k, v in figures["pprof_ms_per_sync"].items())
         lines.append(f"  profile, CPU per sync served: {costs}")
+    if "hooks_down_s" in figures:
+        annotate = figures.get("annotate_s")
+        lines.append(
+            f"  every hook pod down {figures['hooks_down_s']:g} s, the switchovers inside it "
+            f"routed after the hooks returned: {figures['recovery']}"
+            + (f" (every parent annotated in {annotate} s)" if annotate is not None else "")
+        )
     if "churn_patches_per_s" in figures:
         lines.append(
             f"  churn {figures['churn_patches_per_s']} Pod patches/s ({figures['churn_late']} late)"

@@ -40,7 +40,10 @@ new leader (seen on a watch):
 ``role`` labels on the Pods, as Patroni's Kubernetes DCS does. ``--pprof`` starts the binary
 with ``--pprof-address`` and saves a CPU profile of the window, and prints its top functions
 (``go tool pprof -top``). The cost of ``resyncPeriodSeconds`` is measured side by side: run
-with ``--resync-period 0`` (absent) and with the shipped 60 s.
+with ``--resync-period 0`` (absent) and with the shipped 60 s. ``--hooks-down S`` stops the
+hook for S s at the window's start, makes the switchovers while it is down, and measures how
+soon after its return each is routed (``--resync-annotate``: with the runbook's annotation of
+every parent; :mod:`testbed.bench.fleet.kube_outage`).
 
 Usage (the control plane and many processes: take the machine's lock)::
 
@@ -98,6 +101,12 @@ from testbed.bench.fleet.kube_objects import (
     plan,
     pod_name,
 )
+from testbed.bench.fleet.kube_outage import (
+    annotate_all,
+    recovery_summary,
+    restartable_hook,
+    wait_for,
+)
 from testbed.kubernetes.pods import POD_NAME_LABEL
 
 
@@ -128,6 +137,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--workers", type=int, help="the binary's --workers (per controller; default: shipped)"
     )
+    parser.add_argument(
+        "--hooks-down",
+        type=float,
+        default=0.0,
+        help="every hook pod down this long (s) from the window's start, the switchovers "
+        "inside it; measures how soon after the hooks' return they are routed",
+    )
+    parser.add_argument(
+        "--resync-annotate",
+        action="store_true",
+        help="with --hooks-down: once the hooks are back, annotate every parent as the "
+        "runbook does (kubectl annotate pgc --all -A pg-failover-hook.adg.io/resync=...)",
+    )
     parser.add_argument("--pprof", action="store_true", help="profile the binary's window")
     parser.add_argument("--pprof-out", type=Path, help="where to keep the profile")
     parser.add_argument("--settle", type=float, default=None, help="wait for convergence (s)")
@@ -149,6 +171,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--poll >= 0.3 (the CRD's minimum), --duration > 0, --switchovers >= 0")
     if args.pprof and not args.model_only and not os.environ.get("PGFH_METACONTROLLER_BINARY"):
         parser.error("--pprof profiles a real binary: set PGFH_METACONTROLLER_BINARY")
+    if args.hooks_down < 0 or (args.resync_annotate and not args.hooks_down):
+        parser.error("--hooks-down >= 0; --resync-annotate needs --hooks-down")
+    if args.hooks_down and (args.pprof or args.dcs_churn or args.model or args.model_only):
+        parser.error("--hooks-down measures recovery only: no --pprof, --dcs-churn or --model")
     return args
 
 
@@ -260,7 +286,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from testbed.kubernetes.podnet import ensure_pod_network
     from testbed.kubernetes.rest import KubeApiError, KubeRest
     from testbed.kubernetes.watch import Reflector
-    from testbed.metacontroller.gunicorn import gunicorn_hook
 
     period = resync_period(args)
     clusters: int = args.clusters
@@ -294,7 +319,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         hook_dir = work_dir / "hook"
         hook_dir.mkdir()
-        hook = stack.enter_context(gunicorn_hook(hook_dir, env=hook_env, workers=2, threads=16))
+        hooks = stack.enter_context(restartable_hook(hook_dir, hook_env, workers=2, threads=16))
+        hook = hooks.hook
         install_controllers(admin, hook.url, hook.token, period, args)
         KubeletStandIn(admin, "pgfh-fleet-node").register_node()  # podgc keeps bound Pods
         for ns in [system_ns, *namespaces(clusters, args.layout, prefix)]:
@@ -360,8 +386,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             churn = Churn(fleet, time.monotonic() + args.duration + args.wait + 30).start()
             stack.callback(churn.stop)
             time.sleep(CHURN_PERIOD)  # one full period of churn before the window
-        switches = plan(clusters, args.switchovers, args.duration, args.seed)
+        outage: float = args.hooks_down
+        switches = plan(clusters, args.switchovers, outage or args.duration, args.seed)
         before = window(controller, hook.process.pid, hook.url)
+        if outage:
+            hooks.stop()
         pprof_result: list[str] = []
         profiler = None
         if controller.pprof_url is not None:
@@ -398,8 +427,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 else:
                     fleet.set_ready(c, old, False)  # the killed leader's Pod
                     restore.append((at + 10, c, old))
+        if outage:
+            time.sleep(max(0.0, before.at + outage - time.monotonic()))
+            back_at = hooks.start_again()
+            hook = hooks.hook
+            if args.resync_annotate:
+                parents = [(fleet.ns(c), cluster_name(c)) for c in range(clusters)]
+                annotated = annotate_all(admin, parents, str(int(time.time())))
+                figures["annotate_s"] = round(annotated, 1)
+            # The window of figures is the recovery's: from the hooks' return.
+            before = window(controller, hook.process.pid, hook.url)
+            wait_for(lambda: not lags.pending, args.duration)
         remaining = before.at + args.duration - time.monotonic()
-        if remaining > 0:
+        if remaining > 0 and not outage:
             time.sleep(remaining)
         after = window(controller, hook.process.pid, hook.url)
         wait_until = time.monotonic() + args.wait
@@ -438,6 +478,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "load_average_1m": round(os.getloadavg()[0], 1),
             }
         )
+        if outage:
+            figures["hooks_down_s"] = outage
+            missed = lags.missed(EVENTLESS) + lags.missed(POD_EVENT)
+            figures["recovery"] = recovery_summary(lags.finished, back_at, missed)
+            figures["recoveries"] = [round(max(0.0, t - back_at), 3) for t in lags.finished]
         if churn is not None:
             figures["churn_patches_per_s"] = round(
                 churn.patches / max(1.0, time.monotonic() - before.at + CHURN_PERIOD), 1

@@ -31,15 +31,17 @@ from dataclasses import replace
 
 from testbed.bench.fleet.model import POD_CHANGING, Result, run_modelled
 from testbed.bench.fleet.real_hook import calibrate
-from testbed.bench.fleet.settings import Row, recommended, recommended_row
+from testbed.bench.fleet.settings import Mix, Row, recommended, recommended_row
 from testbed.bench.fleet.table import fmt, settings_text
 
 #: The warm-up before the outage starts (s of the run).
 OUTAGE_AT = 30.0
 
 
-def rows(n: int, periods: Sequence[float | None], outage: float, switchovers: int) -> list[Row]:
-    mc = recommended(n)[0]
+def rows(
+    n: int, periods: Sequence[float | None], outage: float, switchovers: int, mix: Mix
+) -> list[Row]:
+    mc, policy, _, _ = recommended(n, mix)
     out: list[Row] = []
     for period in periods:
         settings = replace(mc, resync_period=period)
@@ -47,7 +49,8 @@ def rows(n: int, periods: Sequence[float | None], outage: float, switchovers: in
         # Two periods at least, so that the share of switchovers a tick's burst delays is the
         # long-run one (one tick in a short run over-counts it).
         steady = max(180.0, 2 * (period or 0.0) + 60.0)
-        out.append(recommended_row(f"steady, period {label}", n, steady, switchovers, mc=settings))
+        fleet = {"mc": settings, "mix": mix, "policy": policy}
+        out.append(recommended_row(f"steady, period {label}", n, steady, switchovers, **fleet))
         # Long enough for the slowest way back: the backoff's 1000 s cap (+ the bucket's
         # pace), or one period, after the outage.
         tail = (period if period is not None else 1000.0) + 120.0
@@ -57,7 +60,7 @@ def rows(n: int, periods: Sequence[float | None], outage: float, switchovers: in
                 n,
                 OUTAGE_AT + outage + tail,
                 min(switchovers, n // 10),
-                mc=settings,
+                **fleet,
                 hooks_down_at=OUTAGE_AT,
                 hooks_down_for=outage,
             )
@@ -109,7 +112,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--outage", type=float, default=300.0, help="hooks down (s)")
     parser.add_argument("--switchovers", type=int, default=600)
     parser.add_argument("--cpu", type=float, help="hook CPU per sync (s); else calibrated")
+    parser.add_argument(
+        "--polled",
+        action="store_true",
+        help="every cluster polled (etcd), as the real-binary runs; else the stated mix",
+    )
     args = parser.parse_args(argv)
+    mix = Mix(polled=1.0) if args.polled else Mix()
     periods: list[float | None] = [None, *(args.period or [60.0, 300.0])]
     if args.cpu is None:
         print("calibrating: one real hook pod, 20 steady clusters, 12 s ...", flush=True)
@@ -123,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     lines = []
     for n in args.n or [5000]:
-        for row in rows(n, periods, args.outage, args.switchovers):
+        for row in rows(n, periods, args.outage, args.switchovers, mix):
             started = time.process_time()
             result = run_modelled(row, latencies, cpu)
             lines.append(line(result))
