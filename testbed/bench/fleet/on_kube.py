@@ -431,12 +431,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(max(0.0, before.at + outage - time.monotonic()))
             back_at = hooks.start_again()
             hook = hooks.hook
+            # The window of figures is the recovery's: from the hooks' return.
+            before = window(controller, hook.process.pid, hook.url)
             if args.resync_annotate:
                 parents = [(fleet.ns(c), cluster_name(c)) for c in range(clusters)]
                 annotated = annotate_all(admin, parents, str(int(time.time())))
                 figures["annotate_s"] = round(annotated, 1)
-            # The window of figures is the recovery's: from the hooks' return.
-            before = window(controller, hook.process.pid, hook.url)
             wait_for(lambda: not lags.pending, args.duration)
         remaining = before.at + args.duration - time.monotonic()
         if remaining > 0 and not outage:
