@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -114,6 +115,31 @@ def test_each_values_choice_renders_exactly_its_kustomize_target(variant: chart.
     assert sorted(ours) == sorted(theirs)
     for key, obj in theirs.items():
         assert ours[key] == obj, f"{key} differs between helm and kubectl kustomize"
+
+
+@pytest.mark.parametrize("variant", chart.VARIANTS, ids=lambda v: v.name)
+def test_large_install_renders_its_target_with_the_large_install_component(
+    variant: chart.Variant, tmp_path: Path
+) -> None:
+    """``largeInstall=true`` with each values choice: exactly its kustomize target with
+    deploy/large-install/ as a component; deploy/sharding/ as it is (each shard already uses
+    it, and kustomize refuses to remove a field that is not there)."""
+    target = variant.target
+    if variant.name != "sharding":
+        overlay = {
+            "resources": [os.path.relpath(REPO / variant.target, tmp_path)],
+            "components": [os.path.relpath(REPO / "deploy" / "large-install", tmp_path)],
+        }
+        (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay), encoding="utf-8")
+        target = str(tmp_path)
+    settings = [*settings_of(dict(variant.values)), "largeInstall=true"]
+    ours = by_key(without_keep(template(*settings)))
+    theirs = by_key(rendered(target))
+    assert sorted(ours) == sorted(theirs)
+    for key, obj in theirs.items():
+        assert ours[key] == obj, f"{key} differs between helm and kubectl kustomize"
+    controllers = [o for o in theirs.values() if o["kind"] == "CompositeController"]
+    assert controllers and all("resyncPeriodSeconds" not in o["spec"] for o in controllers)
 
 
 def test_the_comparison_sees_a_changed_field() -> None:

@@ -31,6 +31,7 @@ CRD_KEY = "CustomResourceDefinition"
 def _template_of(obj: Obj, tokens: dict[str, Field]) -> str:
     """``obj`` as YAML with the fields of :data:`FIELDS` turned into template expressions."""
     obj = copy.deepcopy(obj)
+    originals: dict[str, object] = {}
     for field in FIELDS:
         if obj["kind"] != field.kind or obj["metadata"]["name"] != field.name:
             continue
@@ -41,27 +42,36 @@ def _template_of(obj: Obj, tokens: dict[str, Field]) -> str:
         for holder in holders:
             if field.how.startswith("optional") and step in holder:
                 raise SystemExit(f"{field.kind}/{field.name}: {step} is in deploy/ already")
+            if field.how == "unless" and not isinstance(holder.get(step), int | str):
+                raise SystemExit(f"{field.kind}/{field.name}: {step} is not a scalar in deploy/")
             token = f"__pgfh_field_{len(tokens)}__"
             tokens[token] = field
+            originals[token] = holder.get(step)
             holder[step] = token
     text = yaml.safe_dump(obj, sort_keys=False, width=1000, default_flow_style=False)
     if "{{" in text or "}}" in text:
         raise SystemExit(f"{obj['kind']}/{obj['metadata']['name']} contains template braces")
     for token, field in tokens.items():
-        text = re.sub(rf"^( *)(\S+): {token}$", _replacer(field), text, flags=re.MULTILINE)
+        replace = _replacer(field, originals[token])
+        text = re.sub(rf"^( *)(\S+): {token}$", replace, text, flags=re.MULTILINE)
     if "__pgfh_field_" in text:
         raise SystemExit(f"a field of {obj['kind']}/{obj['metadata']['name']} was not replaced")
     return text
 
 
-def _replacer(field: Field) -> Callable[[re.Match[str]], str]:
-    return lambda match: _expression(match.group(1), match.group(2), field)
+def _replacer(field: Field, original: object) -> Callable[[re.Match[str]], str]:
+    return lambda match: _expression(match.group(1), match.group(2), field, original)
 
 
-def _expression(indent: str, key: str, field: Field) -> str:
+def _expression(indent: str, key: str, field: Field, original: object = None) -> str:
     inner = len(indent) + 2
     if field.how == "scalar":
         return f"{indent}{key}: {field.expression}"
+    if field.how == "unless":  # deploy/'s value, dropped while the value is true
+        return (
+            f"{indent}{{{{- if not {field.expression} }}}}\n"
+            f"{indent}{key}: {original}\n{indent}{{{{- end }}}}"
+        )
     if field.how == "block":
         return f"{indent}{key}:\n{indent}  {{{{- toYaml {field.expression} | nindent {inner} }}}}"
     if field.how == "optional-scalar":

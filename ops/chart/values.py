@@ -78,6 +78,13 @@ createNamespace: true
 crd:
   keep: true
 
+# deploy/large-install/: one install of more than about 200 PostgreSQLClusters. true leaves
+# resyncPeriodSeconds out of the CompositeController: its tick would queue every cluster at
+# once ahead of every Pod event; recovery after every hook pod was down is then the queue's
+# (about N / 10 s) or the runbook's annotation (docs/scale.md, "What to set"). Goes with any
+# choice below; the shards of sharding.enabled have no period either way.
+largeInstall: false
+
 # At most ONE of the three below, as deploy/ offers one overlay at a time.
 
 # deploy/events: the hook records Kubernetes Events on PostgreSQLClusters (RBAC for
@@ -142,6 +149,7 @@ def schema() -> dict[str, Any]:
             "tolerations": {"type": "array", "items": {"type": "object"}},
             "priorityClassName": {"type": "string"},
             "createNamespace": {"type": "boolean"},
+            "largeInstall": {"type": "boolean"},
             "crd": {
                 "type": "object",
                 "additionalProperties": False,

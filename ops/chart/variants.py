@@ -56,7 +56,8 @@ class Field:
     ``path`` walks dicts by key and lists by the ``name`` of their items (``*``: every item).
     ``how``: ``scalar`` (the template expression stands for the value), ``block`` (a map or
     list, ``toYaml``), ``optional`` (a map or list absent from deploy/, written only when the
-    value is not empty), ``optional-scalar`` (the same for a string).
+    value is not empty), ``optional-scalar`` (the same for a string), ``unless`` (deploy/'s
+    scalar, left out while the boolean value is true: a kustomize component's removal).
     """
 
     kind: str
@@ -102,6 +103,14 @@ FIELDS = (
         ("spec", "template", "spec", "priorityClassName"),
         ".Values.priorityClassName",
         "optional-scalar",
+    ),
+    # deploy/large-install/: the CompositeController without resyncPeriodSeconds.
+    Field(
+        "CompositeController",
+        "pg-failover-hook",
+        ("spec", "resyncPeriodSeconds"),
+        ".Values.largeInstall",
+        "unless",
     ),
     Field(
         "HorizontalPodAutoscaler",
