@@ -170,61 +170,74 @@ def _first_call(hook: RecordingHook, log: str) -> float:
     return calls[0]
 
 
+@contextlib.contextmanager
+def probed(
+    plane: ControlPlane, tmp_path: Path, period: int | None
+) -> Iterator[tuple[RecordingHook, str, float]]:
+    """The recording hook (answering 500), its controller and parent, Metacontroller running
+    them: yields the hook, where Metacontroller logs, and when the first call came."""
+    rest = KubeRest.from_kubeconfig(plane.admin_kubeconfig)
+    try:
+        with (
+            RecordingHook() as hook,
+            probe_controller(rest, hook, period) as namespace,
+            metacontroller(plane, namespace, tmp_path) as log,
+        ):
+            yield hook, log, _first_call(hook, log)
+    finally:
+        rest.close()
+
+
 def test_resync_period_brings_a_backed_off_parent_back_and_success_forgets(
     plane: ControlPlane, tmp_path: Path
 ) -> None:
-    rest = KubeRest.from_kubeconfig(plane.admin_kubeconfig)
-    with RecordingHook() as hook, probe_controller(rest, hook, PERIOD) as namespace:
-        with metacontroller(plane, namespace, tmp_path) as log:
-            first = _first_call(hook, log)
-            # Phase A: failing for 4 periods.
-            time.sleep(max(0.0, first + 4 * PERIOD - time.monotonic()))
-            failing = hook.times(first)
-            early = [t for t in failing if t < first + 1.0]
-            assert len(early) >= 6, f"the backoff does not start at 5 ms: {failing} ({log})"
-            # By the first tick the backoff is past 2.5 s and grows: only ticks keep the pace.
-            late = [t for t in failing if t >= first + 2.6]
-            gap = _max_gap(late, first + PERIOD, first + 4 * PERIOD)
-            assert gap <= PERIOD + SLACK, (
-                f"no call for {gap:.2f} s while failing: the resync tick did not bypass the "
-                f"backoff; calls {[round(t - first, 2) for t in failing]} ({log})"
-            )
-            bursts = [a for a, c in zip(late, late[2:], strict=False) if c - a < 0.2]
-            assert bursts == [], (
-                f"calls {[round(t - first, 2) for t in failing]}: a tick's failure reset the "
-                f"backoff (a burst after it) ({log})"
-            )
-            # Phase B: the hook answers 200: the next call is at most a period away.
-            healthy = hook.answer(200)
-            time.sleep(3 * PERIOD + SLACK)
-            ok = [at for at, status in hook.calls if status == 200]
-            assert ok and ok[0] - healthy <= PERIOD + SLACK, (
-                f"first 200 {[round(t - healthy, 2) for t in ok]} s after the hook came back "
-                f"({log})"
-            )
-            # Calls at least every period, and ticks a period apart (besides them: its own
-            # status write's event, and a backoff entry of phase A still waiting: Forget
-            # does not remove it).
-            gap = _max_gap(ok, ok[0], healthy + 3 * PERIOD + SLACK)
-            paired = [a for a in ok if any(abs(b - a - PERIOD) <= SLACK for b in ok)]
-            assert gap <= PERIOD + SLACK and len(paired) >= 2, (
-                f"healthy calls {[round(t - healthy, 2) for t in ok]}: not every {PERIOD} s ({log})"
-            )
-            # Phase C: failing again right after a success: the backoff starts over at 5 ms.
-            last = ok[-1]
-            hook.answer(500)
-            time.sleep(max(0.0, last + 2 * PERIOD + 1.0 - time.monotonic()))
-            again = [at for at, status in hook.calls if status == 500 and at > last]
-            assert again, f"no call after the hook failed again ({log})"
-            burst = [t for t in again if t < again[0] + 1.0]
-            assert len(burst) >= 6, (
-                f"after a success the backoff did not restart at 5 ms (Forget): "
-                f"{[round(t - again[0], 3) for t in again]} ({log})"
-            )
-        calls_seen = [(round(at - first, 3), status) for at, status in hook.calls]
-        figures = {"period_s": PERIOD, "metacontroller": log, "calls": calls_seen}
-        print(f"\nRESYNC {json.dumps(figures)}", flush=True)
-    rest.close()
+    with probed(plane, tmp_path, PERIOD) as (hook, log, first):
+        # Phase A: failing for 4 periods.
+        time.sleep(max(0.0, first + 4 * PERIOD - time.monotonic()))
+        failing = hook.times(first)
+        early = [t for t in failing if t < first + 1.0]
+        assert len(early) >= 6, f"the backoff does not start at 5 ms: {failing} ({log})"
+        # By the first tick the backoff is past 2.5 s and grows: only ticks keep the pace.
+        late = [t for t in failing if t >= first + 2.6]
+        gap = _max_gap(late, first + PERIOD, first + 4 * PERIOD)
+        assert gap <= PERIOD + SLACK, (
+            f"no call for {gap:.2f} s while failing: the resync tick did not bypass the "
+            f"backoff; calls {[round(t - first, 2) for t in failing]} ({log})"
+        )
+        bursts = [a for a, c in zip(late, late[2:], strict=False) if c - a < 0.2]
+        assert bursts == [], (
+            f"calls {[round(t - first, 2) for t in failing]}: a tick's failure reset the "
+            f"backoff (a burst after it) ({log})"
+        )
+        # Phase B: the hook answers 200: the next call is at most a period away.
+        healthy = hook.answer(200)
+        time.sleep(3 * PERIOD + SLACK)
+        ok = [at for at, status in hook.calls if status == 200]
+        assert ok and ok[0] - healthy <= PERIOD + SLACK, (
+            f"first 200 {[round(t - healthy, 2) for t in ok]} s after the hook came back ({log})"
+        )
+        # Calls at least every period, and ticks a period apart (besides them: its own
+        # status write's event, and a backoff entry of phase A still waiting: Forget
+        # does not remove it).
+        gap = _max_gap(ok, ok[0], healthy + 3 * PERIOD + SLACK)
+        paired = [a for a in ok if any(abs(b - a - PERIOD) <= SLACK for b in ok)]
+        assert gap <= PERIOD + SLACK and len(paired) >= 2, (
+            f"healthy calls {[round(t - healthy, 2) for t in ok]}: not every {PERIOD} s ({log})"
+        )
+        # Phase C: failing again right after a success: the backoff starts over at 5 ms.
+        last = ok[-1]
+        hook.answer(500)
+        time.sleep(max(0.0, last + 2 * PERIOD + 1.0 - time.monotonic()))
+        again = [at for at, status in hook.calls if status == 500 and at > last]
+        assert again, f"no call after the hook failed again ({log})"
+        burst = [t for t in again if t < again[0] + 1.0]
+        assert len(burst) >= 6, (
+            f"after a success the backoff did not restart at 5 ms (Forget): "
+            f"{[round(t - again[0], 3) for t in again]} ({log})"
+        )
+    calls_seen = [(round(at - first, 3), status) for at, status in hook.calls]
+    figures = {"period_s": PERIOD, "metacontroller": log, "calls": calls_seen}
+    print(f"\nRESYNC {json.dumps(figures)}", flush=True)
 
 
 #: The runbook's annotation (docs/runbook.md, "Every hook pod was down"): any change of a
@@ -247,50 +260,46 @@ def _annotate(plane: ControlPlane) -> float:
 def test_without_a_period_an_annotation_brings_a_backed_off_parent_back_at_once(
     plane: ControlPlane, tmp_path: Path
 ) -> None:
-    rest = KubeRest.from_kubeconfig(plane.admin_kubeconfig)
-    with RecordingHook() as hook, probe_controller(rest, hook, None) as namespace:
-        with metacontroller(plane, namespace, tmp_path) as log:
-            first = _first_call(hook, log)
-            # The hook is down until the backoff has grown past GROWN_BACKOFF (5 ms doubling:
-            # about 5 s of failures).
-            deadline = first + 30
-            gaps: list[float] = []
-            while time.monotonic() < deadline:
-                failing = hook.times(first)
-                gaps = [b - a for a, b in itertools.pairwise(failing)]
-                if gaps and gaps[-1] >= GROWN_BACKOFF:
-                    break
-                time.sleep(0.05)
-            assert gaps and gaps[-1] >= GROWN_BACKOFF, (
-                f"the backoff never grew past {GROWN_BACKOFF} s: calls "
-                f"{[round(t - first, 3) for t in hook.times(first)]} ({log})"
-            )
-            last_failure = hook.times(first)[-1]
-            next_retry = last_failure + 2 * gaps[-1]  # the backoff's own next call
-            hook.answer(200)
-            annotated = _annotate(plane)
-            time.sleep(max(0.0, next_retry - 0.2 - time.monotonic()))
-            ok = [at for at, status in hook.calls if status == 200]
-            assert ok and ok[0] - annotated <= 2.0 and ok[0] < next_retry - 0.2, (
-                f"200s {[round(t - annotated, 2) for t in ok]} s after the annotation; the "
-                f"backoff's next call was due {next_retry - annotated:.2f} s after it ({log})"
-            )
-            # The success forgot the count: failing again (brought by the next annotation),
-            # the retries start over at 5 ms.
-            hook.answer(500)
-            again_from = _annotate(plane)
-            time.sleep(1.5)
-            again = [at for at, status in hook.calls if status == 500 and at > again_from]
-            burst = [t for t in again if again and t < again[0] + 1.0]
-            assert len(burst) >= 6, (
-                f"after a success the backoff did not restart at 5 ms (Forget): "
-                f"{[round(t - again_from, 3) for t in again]} ({log})"
-            )
-        figures = {
-            "metacontroller": log,
-            "grown_backoff_s": round(gaps[-1], 3),
-            "first_200_after_annotation_s": round(ok[0] - annotated, 3),
-            "backoff_next_call_after_annotation_s": round(next_retry - annotated, 3),
-        }
-        print(f"\nRESYNC-ANNOTATION {json.dumps(figures)}", flush=True)
-    rest.close()
+    with probed(plane, tmp_path, None) as (hook, log, first):
+        # The hook is down until the backoff has grown past GROWN_BACKOFF (5 ms doubling:
+        # about 5 s of failures).
+        deadline = first + 30
+        gaps: list[float] = []
+        while time.monotonic() < deadline:
+            failing = hook.times(first)
+            gaps = [b - a for a, b in itertools.pairwise(failing)]
+            if gaps and gaps[-1] >= GROWN_BACKOFF:
+                break
+            time.sleep(0.05)
+        assert gaps and gaps[-1] >= GROWN_BACKOFF, (
+            f"the backoff never grew past {GROWN_BACKOFF} s: calls "
+            f"{[round(t - first, 3) for t in hook.times(first)]} ({log})"
+        )
+        last_failure = hook.times(first)[-1]
+        next_retry = last_failure + 2 * gaps[-1]  # the backoff's own next call
+        hook.answer(200)
+        annotated = _annotate(plane)
+        time.sleep(max(0.0, next_retry - 0.2 - time.monotonic()))
+        ok = [at for at, status in hook.calls if status == 200]
+        assert ok and ok[0] - annotated <= 2.0 and ok[0] < next_retry - 0.2, (
+            f"200s {[round(t - annotated, 2) for t in ok]} s after the annotation; the "
+            f"backoff's next call was due {next_retry - annotated:.2f} s after it ({log})"
+        )
+        # The success forgot the count: failing again (brought by the next annotation),
+        # the retries start over at 5 ms.
+        hook.answer(500)
+        again_from = _annotate(plane)
+        time.sleep(1.5)
+        again = [at for at, status in hook.calls if status == 500 and at > again_from]
+        burst = [t for t in again if again and t < again[0] + 1.0]
+        assert len(burst) >= 6, (
+            f"after a success the backoff did not restart at 5 ms (Forget): "
+            f"{[round(t - again_from, 3) for t in again]} ({log})"
+        )
+    figures = {
+        "metacontroller": log,
+        "grown_backoff_s": round(gaps[-1], 3),
+        "first_200_after_annotation_s": round(ok[0] - annotated, 3),
+        "backoff_next_call_after_annotation_s": round(next_retry - annotated, 3),
+    }
+    print(f"\nRESYNC-ANNOTATION {json.dumps(figures)}", flush=True)
