@@ -63,8 +63,11 @@ def kustomizations() -> list[str]:
     found = sorted(
         str(path.parent.relative_to(REPO))
         for path in (REPO / "deploy").rglob("kustomization.yaml")
-        # base and deploy/sharding's shard-<k> parts are pieces of other kustomizations.
-        if path.parent.name != "base" and not path.parent.name.startswith("shard-")
+        # base, deploy/sharding's shard-<k> parts and components (deploy/large-install) are
+        # pieces of other kustomizations.
+        if path.parent.name != "base"
+        and not path.parent.name.startswith("shard-")
+        and yaml.safe_load(path.read_text(encoding="utf-8")).get("kind") != "Component"
     )
     assert "deploy" in found and len(found) >= 3, found
     return found
