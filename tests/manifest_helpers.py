@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -139,6 +140,17 @@ def _render(target: str) -> str:
     # kustomize reports deprecated fields (e.g. commonLabels) on stderr: keep it clean.
     assert result.stderr.strip() == "", f"kubectl kustomize {target} warned:\n{result.stderr}"
     return result.stdout
+
+
+def with_component(target: str, component: str, where: Path) -> str:
+    """A kustomization in ``where`` that is ``target`` with ``component`` (both under the
+    repository) as a kustomize component; returns its path for :func:`rendered`."""
+    overlay = {
+        "resources": [os.path.relpath(REPO / target, where)],
+        "components": [os.path.relpath(REPO / component, where)],
+    }
+    (where / "kustomization.yaml").write_text(yaml.safe_dump(overlay), encoding="utf-8")
+    return str(where)
 
 
 def rendered(target: str) -> list[dict[str, Any]]:

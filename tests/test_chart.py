@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
 import re
 import shutil
 import subprocess
@@ -33,7 +32,7 @@ import yaml
 from ops import chart
 from testbed.kubernetes import binaries
 from testbed.kubernetes.binaries import ensure_helm, pinned_version
-from tests.manifest_helpers import REPO, kubectl, rendered
+from tests.manifest_helpers import REPO, kubectl, rendered, with_component
 
 CHART = REPO / "charts" / "pg-failover-hook"
 
@@ -126,12 +125,7 @@ def test_large_install_renders_its_target_with_the_large_install_component(
     it, and kustomize refuses to remove a field that is not there)."""
     target = variant.target
     if variant.name != "sharding":
-        overlay = {
-            "resources": [os.path.relpath(REPO / variant.target, tmp_path)],
-            "components": [os.path.relpath(REPO / "deploy" / "large-install", tmp_path)],
-        }
-        (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay), encoding="utf-8")
-        target = str(tmp_path)
+        target = with_component(variant.target, "deploy/large-install", tmp_path)
     settings = [*settings_of(dict(variant.values)), "largeInstall=true"]
     ours = by_key(without_keep(template(*settings)))
     theirs = by_key(rendered(target))

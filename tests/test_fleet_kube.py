@@ -17,11 +17,11 @@ from testbed.bench.fleet.kube_figures import (
     lag_summary,
     percentile,
     queue_line,
+    recovery_summary,
     syncs_asked,
     workqueue_figures,
 )
 from testbed.bench.fleet.kube_objects import EVENTLESS, POD_EVENT, namespace_of, namespaces, plan
-from testbed.bench.fleet.kube_outage import recovery_summary
 from testbed.bench.fleet.on_kube import parse_args
 from testbed.bench.fleet.settings import (
     SHIPPED,
@@ -132,7 +132,7 @@ def test_recovery_is_counted_from_the_hooks_return() -> None:
     """A switchover made while every hook pod was down is routed some time after the hooks'
     return; one routed before it (a sync in flight) counts as 0."""
     finished = [99.0, 101.0, 102.0, 104.0, 110.0]
-    assert recovery_summary(finished, 100.0, 0) == ("p50 2.00 / p90 10.00 / max 10.00 s [5]")
+    assert recovery_summary(finished, 100.0, 0) == "p50 2.00 / p90 10.00 / max 10.00 s [5]"
     assert recovery_summary(finished, 100.0, 2).endswith(", 2 not routed")
     assert recovery_summary([], 100.0, 3) == "none routed (3 not routed)"
 

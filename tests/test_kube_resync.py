@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.bench.fleet.kube_outage import RESYNC_ANNOTATION
 from testbed.kubernetes import ControlPlane
 from testbed.kubernetes.rest import KubeRest, resource_path
 from testbed.metacontroller.harness import CLUSTER
@@ -240,9 +241,6 @@ def test_resync_period_brings_a_backed_off_parent_back_and_success_forgets(
     print(f"\nRESYNC {json.dumps(figures)}", flush=True)
 
 
-#: The runbook's annotation (docs/runbook.md, "Every hook pod was down"): any change of a
-#: parent's metadata does; the hook reads none of it.
-RESYNC_ANNOTATION = "pg-failover-hook.adg.io/resync"
 #: The backoff the parent must have reached before the annotation: its next retry is then
 #: at least twice this away, well past the annotation's call.
 GROWN_BACKOFF = 2.0

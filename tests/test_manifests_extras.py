@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 import subprocess
 from collections.abc import Mapping
@@ -41,6 +40,7 @@ from tests.manifest_helpers import (
     rendered,
     schema_nodes,
     selects,
+    with_component,
 )
 from tests.manifests_cases import (
     hook_container,
@@ -282,12 +282,7 @@ def test_large_install_component_drops_only_the_resync_period(
 ) -> None:
     """deploy/large-install/ on the base or an overlay: the same objects, the
     CompositeController without resyncPeriodSeconds (docs/scale.md, "What to set")."""
-    overlay = {
-        "resources": [os.path.relpath(REPO / resource, tmp_path)],
-        "components": [os.path.relpath(REPO / "deploy/large-install", tmp_path)],
-    }
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay), encoding="utf-8")
-    large = rendered(str(tmp_path))
+    large = rendered(with_component(resource, "deploy/large-install", tmp_path))
     plain = rendered(resource)
     controller = find(plain, "CompositeController", HOOK_NAME)
     assert controller["spec"].pop("resyncPeriodSeconds") == 60

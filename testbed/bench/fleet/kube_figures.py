@@ -191,3 +191,14 @@ def report(figures: dict[str, Any]) -> list[str]:
             f"  churn {figures['churn_patches_per_s']} Pod patches/s ({figures['churn_late']} late)"
         )
     return lines
+
+
+def recovery_summary(finished: list[float], back_at: float, missed: int) -> str:
+    """How long after the hooks' return the switchovers made during an outage were routed
+    (one routed before it, by a sync in flight, counts as 0)."""
+    after = [max(0.0, at - back_at) for at in finished]
+    if not after:
+        return f"none routed ({missed} not routed)"
+    p50, p90 = percentile(after, 50), percentile(after, 90)
+    line = f"p50 {p50:.2f} / p90 {p90:.2f} / max {max(after):.2f} s [{len(after)}]"
+    return line + (f", {missed} not routed" if missed else "")

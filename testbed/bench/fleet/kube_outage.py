@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from testbed.bench.fleet.kube_figures import percentile
 from testbed.kubernetes.rest import KubeRest, resource_path
 from testbed.metacontroller.gunicorn import GunicornHook, gunicorn_hook
 
-#: The runbook's annotation (docs/runbook.md, "PgfhHookPodsDown"; the hook reads none).
+#: The runbook's annotation (docs/runbook.md, "PgfhHookPodsDown"): any change of a parent's
+#: metadata enqueues it past the rate limiter; the hook reads none of it
+#: (tests/test_kube_resync.py runs the runbook's command with it).
 RESYNC_ANNOTATION = "pg-failover-hook.adg.io/resync"
 
 
@@ -94,22 +95,3 @@ def annotate_all(rest: KubeRest, parents: list[tuple[str, str]], stamp: str) -> 
     for namespace, name in parents:
         rest.merge_patch(resource_path(PARENT_API, PARENTS, namespace, name), body)
     return time.monotonic() - started
-
-
-def recovery_summary(finished: list[float], back_at: float, missed: int) -> str:
-    """How long after the hooks' return the switchovers made during the outage were routed."""
-    after = [max(0.0, at - back_at) for at in finished]
-    if not after:
-        return f"none routed ({missed} not routed)"
-    p50, p90 = percentile(after, 50), percentile(after, 90)
-    line = f"p50 {p50:.2f} / p90 {p90:.2f} / max {max(after):.2f} s [{len(after)}]"
-    return line + (f", {missed} not routed" if missed else "")
-
-
-def wait_for(done: Callable[[], bool], seconds: float, step: float = 0.5) -> bool:
-    deadline = time.monotonic() + seconds
-    while not done():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(step)
-    return True

@@ -82,6 +82,7 @@ from testbed.bench.fleet.kube_figures import (
     lag_summary,
     profiled_costs,
     queue_line,
+    recovery_summary,
     report,
     syncs_asked,
 )
@@ -101,12 +102,7 @@ from testbed.bench.fleet.kube_objects import (
     plan,
     pod_name,
 )
-from testbed.bench.fleet.kube_outage import (
-    annotate_all,
-    recovery_summary,
-    restartable_hook,
-    wait_for,
-)
+from testbed.bench.fleet.kube_outage import annotate_all, restartable_hook
 from testbed.kubernetes.pods import POD_NAME_LABEL
 
 
@@ -278,6 +274,13 @@ def install_controllers(
     return periods
 
 
+def wait_routed(lags: Lags, seconds: float) -> None:
+    """Until every switchover in flight is routed, for at most ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while lags.pending and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from testbed.fakes.patroni_fast import fleet_members
     from testbed.kubernetes import start_control_plane
@@ -437,14 +440,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 parents = [(fleet.ns(c), cluster_name(c)) for c in range(clusters)]
                 annotated = annotate_all(admin, parents, str(int(time.time())))
                 figures["annotate_s"] = round(annotated, 1)
-            wait_for(lambda: not lags.pending, args.duration)
+            wait_routed(lags, args.duration)
         remaining = before.at + args.duration - time.monotonic()
         if remaining > 0 and not outage:
             time.sleep(remaining)
         after = window(controller, hook.process.pid, hook.url)
-        wait_until = time.monotonic() + args.wait
-        while lags.pending and time.monotonic() < wait_until:
-            time.sleep(0.5)
+        wait_routed(lags, args.wait)
         if profiler is not None:
             profiler.join(120)
         elapsed = after.at - before.at
